@@ -1,0 +1,1 @@
+"""The `polyloop` command line (installed as the `polyloop_cli` package)."""

@@ -1,0 +1,116 @@
+"""PolyLoop: agent runs that resume step by step after a crash.
+
+Before every model call and every tool action an intent record is made
+durable in an append-only log; on resume every execution is classified as
+done, not started, unknown or impossible, `safe` tools are replayed, `never`
+tools stop for an operator, and a log that cannot be explained is refused.
+PolyLoop promises detection, not atomicity: it never silently loses or
+silently repeats a side effect, but it cannot make a side effect and its log
+record one indivisible act.
+"""
+
+from ._agent import Agent, ModelCallError, RunResult, TransientModelError, default_directory
+from ._classify import Execution, Recovery, StepView, check, classify
+from ._errors import (
+    CorruptLogError,
+    InvalidRunIdError,
+    NeedsOperatorError,
+    PolyLoopError,
+    Problem,
+    ResolutionError,
+    RunActiveError,
+    RunExistsError,
+    RunMismatchError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StoreError,
+    TargetError,
+)
+from ._ids import check_run_id, new_run_id
+from ._inspect import RunReport, inspect_run, mark_resolved
+from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
+from ._records import (
+    SCHEMA_VERSION,
+    Intent,
+    ModelCallResult,
+    Record,
+    Resolution,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+)
+from ._store import LockingStore, Store
+from ._target import load_target, resume_run, run_target
+from ._tools import Tool, ToolContext, tool
+from ._verify import FileVerdict, VerifyReport, verify_file, verify_logs
+from .stores import JsonlStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Agent",
+    "CorruptLogError",
+    "Execution",
+    "FileVerdict",
+    "Intent",
+    "InvalidRunIdError",
+    "JsonlStore",
+    "LockingStore",
+    "Message",
+    "Model",
+    "ModelCallError",
+    "ModelCallResult",
+    "ModelOutput",
+    "NeedsOperatorError",
+    "PolyLoopError",
+    "Problem",
+    "Record",
+    "Recovery",
+    "Resolution",
+    "ResolutionError",
+    "RunActiveError",
+    "RunExistsError",
+    "RunFinished",
+    "RunMismatchError",
+    "RunNotFoundError",
+    "RunReport",
+    "RunResult",
+    "RunStarted",
+    "SchemaVersionError",
+    "ScriptedModel",
+    "StepCompleted",
+    "StepView",
+    "Store",
+    "StoreError",
+    "TargetError",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "TransientModelError",
+    "Usage",
+    "VerifyReport",
+    "check",
+    "check_run_id",
+    "classify",
+    "default_directory",
+    "inspect_run",
+    "load_target",
+    "mark_resolved",
+    "new_run_id",
+    "resume_run",
+    "run_target",
+    "tool",
+    "verify_file",
+    "verify_logs",
+]
+
+# Re-exported names report their public home, as httpx does.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("polyloop._"):
+        try:
+            _obj.__module__ = "polyloop"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

@@ -1,0 +1,216 @@
+"""The errors PolyLoop raises, one class per meaning.
+
+    PolyLoopError
+    ├── InvalidRunIdError      the run id is not a safe file name
+    ├── RunNotFoundError       no log exists for the run id
+    ├── RunExistsError         a log already exists where a new run was asked for
+    ├── RunActiveError         another live process holds the run
+    ├── RunMismatchError       resume was asked with a different goal than recorded
+    ├── TargetError            an agent target could not be imported
+    ├── CorruptLogError        the log cannot come from a correct writer
+    │   └── SchemaVersionError the log was written by an unknown major format
+    ├── NeedsOperatorError     an unknown `never` execution must be settled first
+    ├── ResolutionError        mark-resolved named something that is not an open unknown
+    └── StoreError             the store could not write or read (fail closed)
+
+Every message says what happened and, where there is one, what to do next.
+Tool failures are not errors: they become observations the model sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class PolyLoopError(Exception):
+    """Base class of every error PolyLoop raises on purpose."""
+
+
+class InvalidRunIdError(PolyLoopError, ValueError):
+    """The run id is not a safe file name (`[A-Za-z0-9._-]+`, no leading dot).
+
+    Unsafe ids are rejected, never escaped or hashed, so `../x` can never
+    address a file outside the run directory.
+    """
+
+    def __init__(self, run_id: object) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"invalid run id {run_id!r}: use letters, digits, '.', '_' and '-' "
+            "only, not starting with '.'"
+        )
+
+
+class RunNotFoundError(PolyLoopError, LookupError):
+    """No log exists for this run id in the store."""
+
+    def __init__(self, run_id: str, where: str = "") -> None:
+        self.run_id = run_id
+        self.where = where
+        place = f" in {where}" if where else ""
+        super().__init__(f"no run {run_id!r}{place}")
+
+
+class RunExistsError(PolyLoopError):
+    """A new run was asked for, but the run id already has a log.
+
+    Differs from `RunActiveError`: the log exists, but nobody need hold it.
+    Continue it with `polyloop resume` (or `Agent.run` with the same id).
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} already exists: continue it with "
+            f"`polyloop resume {run_id}` or choose another run id"
+        )
+
+
+class RunActiveError(PolyLoopError):
+    """Another live process (or task) holds the run, so it cannot be run now.
+
+    The hold is an OS lock that is released when its holder exits or dies;
+    retry once the holder is gone.
+    """
+
+    def __init__(self, run_id: str, holder: str | None = None) -> None:
+        self.run_id = run_id
+        self.holder = holder
+        by = f" by {holder}" if holder else " by another process"
+        super().__init__(
+            f"run {run_id!r} is active: it is held{by}; wait for it to exit "
+            "(or kill it) and try again"
+        )
+
+
+class RunMismatchError(PolyLoopError):
+    """Resume was asked with inputs that differ from the ones the run recorded."""
+
+    def __init__(self, run_id: str, field: str, recorded: Any, given: Any) -> None:
+        self.run_id = run_id
+        self.field = field
+        self.recorded = recorded
+        self.given = given
+        super().__init__(
+            f"run {run_id!r} was started with {field}={recorded!r}, not {given!r}: "
+            "resume it without overriding, or start a new run id"
+        )
+
+
+class TargetError(PolyLoopError):
+    """An agent target (`file.py:name` or `module:name`) could not be loaded."""
+
+    def __init__(self, target: str, why: str) -> None:
+        self.target = target
+        self.why = why
+        super().__init__(f"cannot load agent target {target!r}: {why}")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One reason a log is corrupt.
+
+    `index` is the 0-based position of the offending record in the log (or
+    None when the problem is about the log as a whole); `line` is its 1-based
+    line number in the file when the store knows it.
+    """
+
+    message: str
+    index: int | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        if self.line is not None:
+            return f"line {self.line}: {self.message}"
+        if self.index is not None:
+            return f"record {self.index + 1}: {self.message}"
+        return self.message
+
+
+class CorruptLogError(PolyLoopError):
+    """The log is in a state a correct writer cannot produce; nothing resumes it.
+
+    PolyLoop never repairs such a log silently. `problems` lists every
+    violation found. Torn tails (a last write cut off by a crash) are not
+    corruption and never raise this.
+    """
+
+    def __init__(self, run_id: str | None, problems: Sequence[Problem]) -> None:
+        self.run_id = run_id
+        self.problems = tuple(problems)
+        first = str(self.problems[0]) if self.problems else "unknown problem"
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        name = f"log of run {run_id!r}" if run_id else "log"
+        super().__init__(
+            f"{name} is corrupt: {first}{more}; it cannot be resumed "
+            "(inspect it with `polyloop inspect`)"
+        )
+
+
+class SchemaVersionError(CorruptLogError):
+    """The log was written with a schema major version this reader does not know.
+
+    Differs from plain corruption: the log may be fine for a newer PolyLoop.
+    """
+
+    def __init__(self, run_id: str | None, version: object) -> None:
+        self.version = version
+        super().__init__(
+            run_id,
+            [Problem(f"unsupported schema version {version!r}: upgrade polyloop to read it", index=0)],
+        )
+
+
+class NeedsOperatorError(PolyLoopError):
+    """The run stopped at an unknown `never` execution that an operator must settle.
+
+    The library cannot know whether such an action ran (PolyLoop promises
+    detection, not atomicity), and replaying it could repeat a side effect.
+    `executions` lists each one (tool, arguments, result id); settle each with
+    `polyloop mark-resolved RUN RESULT_ID --executed` or `--not-executed`,
+    then resume.
+    """
+
+    def __init__(self, run_id: str, executions: Sequence[Any]) -> None:
+        self.run_id = run_id
+        self.executions = tuple(executions)
+        parts = [
+            f"{e.tool}({_short_args(e.args)}) result id {e.result_id}" for e in self.executions
+        ]
+        ids = self.executions[0].result_id if self.executions else "RESULT_ID"
+        super().__init__(
+            f"run {run_id!r} needs an operator: unknown outcome of "
+            + "; ".join(parts)
+            + f"; settle it with `polyloop mark-resolved {run_id} {ids} --executed` "
+            "or `--not-executed`, then resume"
+        )
+
+
+class ResolutionError(PolyLoopError):
+    """mark-resolved named an execution that is not an open unknown of the run."""
+
+    def __init__(self, run_id: str, result_id: str, why: str) -> None:
+        self.run_id = run_id
+        self.result_id = result_id
+        self.why = why
+        super().__init__(f"cannot resolve {result_id!r} of run {run_id!r}: {why}")
+
+
+class StoreError(PolyLoopError):
+    """The store failed to write or read; the run stops rather than go on blind.
+
+    A write that raised this may or may not have landed; the log stays
+    readable and the run resumable once the cause (full disk, permissions)
+    is fixed.
+    """
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
+def _short_args(args: Any, limit: int = 80) -> str:
+    text = repr(args)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

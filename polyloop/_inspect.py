@@ -1,0 +1,302 @@
+"""Operator tools over a run's log: inspecting it and settling unknown executions."""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._classify import Execution, Recovery, check, classify
+from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
+from ._records import Record, Resolution
+from ._store import Store
+
+RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """Everything `polyloop inspect` shows about a run.
+
+    Attributes:
+        run_id: the run.
+        status: `finished`, `needs_operator`, `resumable`, `corrupt` or
+            `active` (a live process holds it).
+        reason: why it finished (`final_answer`, `max_steps`, `error`) or,
+            for any other status, why it stopped, in one sentence.
+        next: what `polyloop resume` would do next, in one sentence.
+        recovery: the classification (None when the log is corrupt).
+        records: the log's records as read.
+        problems: why the log is corrupt (empty unless `status == "corrupt"`).
+        holder: who holds the run when it is active.
+        torn_line: the line where a torn tail starts, if the store knows one.
+    """
+
+    run_id: str
+    status: RunStatus
+    reason: str
+    next: str
+    recovery: Recovery | None
+    records: tuple[Record, ...]
+    problems: tuple[Problem, ...] = ()
+    holder: str | None = None
+    torn_line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `inspect --json` document."""
+        rec = self.recovery
+        doc: dict[str, Any] = {
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason,
+            "next": self.next,
+            "problems": [str(p) for p in self.problems],
+            "holder": self.holder,
+            "torn_tail_line": self.torn_line,
+        }
+        if rec is None:
+            doc.update(goal=None, target=None, steps=0, executions=[], resolutions=[], tokens=None)
+            return doc
+        doc.update(
+            goal=rec.started.goal,
+            target=rec.started.target,
+            started_at=rec.started.at,
+            finished_at=rec.finished.at if rec.finished else None,
+            result=rec.finished.result if rec.finished else None,
+            steps=rec.completed_steps,
+            max_steps=rec.max_steps,
+            executions=[execution_json(e) for e in rec.executions],
+            resolutions=[
+                {
+                    "result_id": r.result_id,
+                    "outcome": r.outcome,
+                    "observation": r.observation,
+                    "by": r.by,
+                    "reason": r.reason,
+                    "at": r.at,
+                }
+                for r in rec.resolutions
+            ],
+            tokens=token_totals(rec),
+        )
+        return doc
+
+
+def execution_json(e: Execution) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": e.result_id,
+        "kind": e.kind,
+        "step": e.step,
+        "attempt": e.attempt,
+        "state": e.state,
+    }
+    if e.kind == "action":
+        doc.update(tool=e.tool, args=e.args, replay=e.replay, idempotency_key=e.idempotency_key)
+        result = e.result
+        doc["observation"] = getattr(result, "observation", None)
+        doc["is_error"] = getattr(result, "is_error", False)
+        if e.resolution is not None:
+            doc["resolution"] = e.resolution.outcome
+    else:
+        result = e.result
+        doc["usage"] = getattr(result, "usage", None)
+        doc["error"] = e.error
+        output = getattr(result, "output", None)
+        doc["output"] = output
+    return doc
+
+
+def token_totals(rec: Recovery) -> dict[str, int]:
+    """Tokens spent by every model call, and by attempts that had to be repeated."""
+    spent = {"input": 0, "output": 0, "respent_input": 0, "respent_output": 0, "reissued_calls": 0}
+    for view in rec.steps:
+        for e in view.model_calls:
+            usage = getattr(e.result, "usage", None) or {}
+            i, o = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+            spent["input"] += i
+            spent["output"] += o
+            if e.attempt > 1:
+                spent["reissued_calls"] += 1
+            if e is not view.model_calls[-1] or (e.result is not None and e.error):
+                spent["respent_input"] += i
+                spent["respent_output"] += o
+    return spent
+
+
+async def inspect_run(store: Store, run_id: str) -> RunReport:
+    """Read and judge a run's log without changing anything.
+
+    Returns:
+        A `RunReport`; a corrupt log is reported (status `corrupt`), not raised.
+
+    Raises:
+        InvalidRunIdError: the run id is not a safe file name.
+        RunNotFoundError: the run id has no log.
+        StoreError: the log cannot be read.
+    """
+    holder_of = getattr(store, "holder", None)
+    holder = holder_of(run_id) if callable(holder_of) else None
+    torn_line = None
+    read_parsed = getattr(store, "read_parsed", None)
+    if callable(read_parsed):
+        parsed = await read_parsed(run_id)
+        records: tuple[Record, ...] = tuple(parsed.records)
+        torn_line = parsed.torn_line
+        problems = list(parsed.problems)
+        if not problems:
+            recovery, found = check(records, run_id=run_id)
+            problems = [_with_line(p, parsed.lines) for p in found]
+        else:
+            recovery = None
+    else:
+        try:
+            records = tuple(await store.read_log(run_id))
+        except CorruptLogError as exc:
+            return _corrupt(run_id, (), exc.problems, holder)
+        recovery, problems = check(records, run_id=run_id)
+    if problems or recovery is None:
+        return _corrupt(run_id, records, problems or [Problem("the log has no records")], holder, torn_line)
+    status, reason = _status(recovery, holder)
+    next_action = recovery.next_action()
+    if status == "active":
+        next_action = f"nothing while it is active; once it is not: {next_action}"
+    return RunReport(
+        run_id=run_id,
+        status=status,
+        reason=reason,
+        next=next_action,
+        recovery=recovery,
+        records=records,
+        holder=holder,
+        torn_line=torn_line,
+    )
+
+
+def _with_line(problem: Problem, lines: list[int]) -> Problem:
+    if problem.index is not None and problem.index < len(lines):
+        return Problem(problem.message, index=problem.index, line=lines[problem.index])
+    return problem
+
+
+def _corrupt(
+    run_id: str,
+    records: tuple[Record, ...],
+    problems: Any,
+    holder: str | None,
+    torn_line: int | None = None,
+) -> RunReport:
+    problems = tuple(problems)
+    return RunReport(
+        run_id=run_id,
+        status="corrupt",
+        reason=f"the log is corrupt: {problems[0]}",
+        next="refuse: a corrupt log is never resumed; keep it for analysis and start a new run",
+        recovery=None,
+        records=records,
+        problems=problems,
+        holder=holder,
+        torn_line=torn_line,
+    )
+
+
+def _status(rec: Recovery, holder: str | None) -> tuple[RunStatus, str]:
+    if rec.finished is not None:
+        reason = rec.finished.reason
+        return "finished", reason
+    if holder is not None:
+        return "active", f"the run is in progress, held by {holder}"
+    if rec.blocking:
+        e = rec.blocking[0]
+        return "needs_operator", (
+            f"the outcome of {e.tool} ({e.result_id}) is unknown: the process stopped "
+            "after its intent and before its result, and the tool is not safe to replay"
+        )
+    return "resumable", "the run stopped before finishing (crash or interruption)"
+
+
+async def mark_resolved(
+    store: Store,
+    run_id: str,
+    result_id: str,
+    *,
+    executed: bool,
+    observation: str | None = None,
+    reason: str | None = None,
+    by: str | None = None,
+) -> Recovery:
+    """Settle an unknown action of a run with a durable `resolution` record.
+
+    `executed=True` means the action did happen: resume reuses `observation`
+    as its result. `executed=False` means it did not: resume runs it again as
+    a new attempt (with the same idempotency key).
+
+    Args:
+        store: where the run lives.
+        run_id: the run.
+        result_id: the unknown execution's result id (see `polyloop inspect`).
+        executed: the operator's verdict.
+        observation: what the action produced (only with `executed=True`).
+        reason: why the operator decided so.
+        by: who decided; defaults to the OS user.
+
+    Returns:
+        The run's `Recovery` after the resolution.
+
+    Raises:
+        ResolutionError: `result_id` is not an unknown, unresolved action of the run.
+        RunActiveError: a live process holds the run.
+        RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
+    """
+    if not executed and observation is not None:
+        raise ResolutionError(run_id, result_id, "an observation goes only with --executed")
+    lock = getattr(store, "lock", None)
+    if callable(lock):
+        async with lock(run_id):
+            return await _resolve(store, run_id, result_id, executed, observation, reason, by)
+    return await _resolve(store, run_id, result_id, executed, observation, reason, by)
+
+
+async def _resolve(
+    store: Store,
+    run_id: str,
+    result_id: str,
+    executed: bool,
+    observation: str | None,
+    reason: str | None,
+    by: str | None,
+) -> Recovery:
+    records = list(await store.read_log(run_id))
+    recovery = classify(records, run_id=run_id)
+    if recovery.finished is not None:
+        raise ResolutionError(run_id, result_id, "the run has finished")
+    e = recovery.execution(result_id)
+    if e is None:
+        ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
+        raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")
+    if e.kind != "action":
+        raise ResolutionError(
+            run_id, result_id, "it is a model call; resume re-issues unknown model calls by itself"
+        )
+    if e.state != "unknown":
+        raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown")
+    record = Resolution(
+        result_id=result_id,
+        outcome="executed" if executed else "not_executed",
+        observation=(observation or "") if executed else None,
+        by=by or _os_user(),
+        reason=reason,
+    )
+    try:
+        await store.write_resolution(run_id, record)
+    except PolyLoopError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"store failed to write the resolution: {exc}", run_id=run_id) from exc
+    return classify([*records, record], run_id=run_id)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment (e.g. a bare container uid)
+        return "unknown"

@@ -1,0 +1,300 @@
+"""The log records: one frozen class per record kind, and their JSON form.
+
+A record is a permanent contract once written: fields are only ever added,
+never removed or renamed. On disk each record is one JSON object whose
+`record` key names its kind (`run_started`, `intent`, ...). Decoding is
+strict about what it needs and ignores fields it does not know, so a log
+written by a newer minor version still reads; an unknown *major* version is
+refused (`SchemaVersionError`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Union
+
+import orjson
+
+SCHEMA_VERSION = "1.0"
+"""`major.minor` of the log format this library writes."""
+
+SUPPORTED_MAJOR = 1
+
+Kind = Literal["model_call", "action"]
+Replay = Literal["safe", "never"]
+FinishReason = Literal["final_answer", "max_steps", "error"]
+Outcome = Literal["executed", "not_executed"]
+
+
+def utc_now() -> str:
+    """The current time as an ISO 8601 UTC string with microseconds."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted:
+    """First record of every run: what runs, with what configuration, towards what goal."""
+
+    TAG: ClassVar[str] = "run_started"
+    run_id: str
+    goal: str
+    target: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    schema_version: str = SCHEMA_VERSION
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Intent:
+    """Written and made durable before a model call or an action starts.
+
+    `result_id` is where its result will be stored. For actions, `tool`,
+    `args`, `replay` and `idempotency_key` are set; for model calls they are None.
+    """
+
+    TAG: ClassVar[str] = "intent"
+    kind: Kind
+    step: int
+    attempt: int
+    result_id: str
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    replay: Replay | None = None
+    idempotency_key: str | None = None
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCallResult:
+    """The outcome of one model call attempt.
+
+    `output` is `{"text": str | None, "tool_call": {"name", "args"} | None}`;
+    when the call failed, `output` is None and `error` says why.
+    `usage` is `{"input_tokens": int, "output_tokens": int}` when known.
+    """
+
+    TAG: ClassVar[str] = "model_call_result"
+    result_id: str
+    output: dict[str, Any] | None
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted:
+    """A step ended. `result_id` names the action it ran (None when it ran none).
+
+    `observation` is what the model sees next (None for a final answer);
+    `is_error` marks an observation that reports a tool failure.
+    """
+
+    TAG: ClassVar[str] = "step_completed"
+    step: int
+    result_id: str | None
+    observation: str | None
+    is_error: bool = False
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinished:
+    """Last record of a run, written before the result is returned to the caller."""
+
+    TAG: ClassVar[str] = "run_finished"
+    reason: FinishReason
+    result: str | None
+    steps: int
+    error: str | None = None
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """An operator's verdict on an unknown action (written by `mark-resolved`)."""
+
+    TAG: ClassVar[str] = "resolution"
+    result_id: str
+    outcome: Outcome
+    observation: str | None = None
+    by: str = ""
+    reason: str | None = None
+    at: str = field(default_factory=utc_now)
+
+
+Record = Union[RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution]
+RECORD_TYPES: tuple[type, ...] = (
+    RunStarted,
+    Intent,
+    ModelCallResult,
+    StepCompleted,
+    RunFinished,
+    Resolution,
+)
+_BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
+
+
+class RecordError(ValueError):
+    """A JSON object that is not a valid record of a known kind."""
+
+
+class UnknownSchemaError(RecordError):
+    """A `run_started` record written with an unknown major schema version."""
+
+    def __init__(self, version: object) -> None:
+        self.version = version
+        super().__init__(f"unsupported schema version {version!r}")
+
+
+def encode(record: Record) -> bytes:
+    """One record as one JSON line, `record` key first, newline-terminated."""
+    obj: dict[str, Any] = {"record": record.TAG}
+    for name in record.__slots__:  # type: ignore[union-attr]
+        obj[name] = getattr(record, name)
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+
+
+# What each field must hold: a tuple of accepted Python types (exact for
+# bool/int so `True` never passes as a step number) and whether None is allowed.
+_INT = (int,)
+_STR = (str,)
+_DICT = (dict,)
+_SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
+    RunStarted: {
+        "run_id": (_STR, False),
+        "goal": (_STR, False),
+        "target": (_STR, True),
+        "config": (_DICT, False),
+        "schema_version": (_STR, False),
+        "at": (_STR, False),
+    },
+    Intent: {
+        "kind": (_STR, False),
+        "step": (_INT, False),
+        "attempt": (_INT, False),
+        "result_id": (_STR, False),
+        "tool": (_STR, True),
+        "args": (_DICT, True),
+        "replay": (_STR, True),
+        "idempotency_key": (_STR, True),
+        "at": (_STR, False),
+    },
+    ModelCallResult: {
+        "result_id": (_STR, False),
+        "output": (_DICT, True),
+        "usage": (_DICT, True),
+        "error": (_STR, True),
+        "at": (_STR, False),
+    },
+    StepCompleted: {
+        "step": (_INT, False),
+        "result_id": (_STR, True),
+        "observation": (_STR, True),
+        "is_error": ((bool,), False),
+        "at": (_STR, False),
+    },
+    RunFinished: {
+        "reason": (_STR, False),
+        "result": (_STR, True),
+        "steps": (_INT, False),
+        "error": (_STR, True),
+        "at": (_STR, False),
+    },
+    Resolution: {
+        "result_id": (_STR, False),
+        "outcome": (_STR, False),
+        "observation": (_STR, True),
+        "by": (_STR, False),
+        "reason": (_STR, True),
+        "at": (_STR, False),
+    },
+}
+# Fields a writer may leave out (older minor versions, or defaults).
+_OPTIONAL = {
+    RunStarted: {"target", "config"},
+    Intent: {"tool", "args", "replay", "idempotency_key"},
+    ModelCallResult: {"usage", "error"},
+    StepCompleted: {"is_error"},
+    RunFinished: {"error"},
+    Resolution: {"observation", "reason", "by"},
+}
+
+
+def schema_major(version: str) -> int | None:
+    head, _, _ = version.partition(".")
+    return int(head) if head.isdigit() else None
+
+
+def decode(obj: Any) -> Record:
+    """Turn one decoded JSON value into a record, or raise `RecordError`."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
+    tag = obj.get("record")
+    cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise RecordError(f"unknown record kind {tag!r}")
+    spec = _SPEC[cls]
+    optional = _OPTIONAL[cls]
+    kwargs: dict[str, Any] = {}
+    for name, (types, nullable) in spec.items():
+        if name not in obj:
+            if name in optional:
+                continue
+            raise RecordError(f"{tag} record lacks field {name!r}")
+        value = obj[name]
+        if value is None:
+            if not nullable:
+                raise RecordError(f"{tag}.{name} must not be null")
+        elif type(value) not in types:
+            raise RecordError(f"{tag}.{name} has the wrong type ({type(value).__name__})")
+        kwargs[name] = value
+    _check_values(cls, kwargs)
+    return cls(**kwargs)
+
+
+def _check_values(cls: type, v: dict[str, Any]) -> None:
+    if cls is RunStarted:
+        if schema_major(v["schema_version"]) != SUPPORTED_MAJOR:
+            raise UnknownSchemaError(v["schema_version"])
+    elif cls is Intent:
+        if v["kind"] not in ("model_call", "action"):
+            raise RecordError(f"intent.kind {v['kind']!r} is not model_call or action")
+        if v["step"] < 1 or v["attempt"] < 1:
+            raise RecordError("intent step and attempt start at 1")
+        action_fields = ("tool", "args", "replay", "idempotency_key")
+        if v["kind"] == "action":
+            if any(v.get(f) is None for f in action_fields):
+                raise RecordError("action intent lacks tool, args, replay or idempotency_key")
+            if v["replay"] not in ("safe", "never"):
+                raise RecordError(f"intent.replay {v['replay']!r} is not safe or never")
+        elif any(v.get(f) is not None for f in action_fields):
+            raise RecordError("model_call intent carries action fields")
+    elif cls is StepCompleted:
+        if v["step"] < 1:
+            raise RecordError("step_completed.step starts at 1")
+    elif cls is RunFinished:
+        if v["reason"] not in ("final_answer", "max_steps", "error"):
+            raise RecordError(f"run_finished.reason {v['reason']!r} is unknown")
+    elif cls is Resolution:
+        if v["outcome"] not in ("executed", "not_executed"):
+            raise RecordError(f"resolution.outcome {v['outcome']!r} is unknown")
+    elif cls is ModelCallResult:
+        if (v["output"] is None) == (v.get("error") is None):
+            raise RecordError("model_call_result has exactly one of output and error")
+        out = v["output"]
+        if out is not None:
+            text, call = out.get("text"), out.get("tool_call")
+            if text is not None and not isinstance(text, str):
+                raise RecordError("model_call_result.output.text must be a string")
+            if call is not None and not (
+                isinstance(call, dict)
+                and isinstance(call.get("name"), str)
+                and isinstance(call.get("args"), dict)
+            ):
+                raise RecordError("model_call_result.output.tool_call needs a name and args")
+
+
+def loads_line(line: bytes) -> Any:
+    """Decode one line of JSON (raises `orjson.JSONDecodeError`)."""
+    return orjson.loads(line)

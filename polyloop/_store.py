@@ -1,0 +1,79 @@
+"""The storage port: what the run loop needs from a place that keeps run logs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, runtime_checkable
+
+from ._records import Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where run logs live. One write per record kind, plus `read_log`.
+
+    The library owns this port: it decides what is written when, including
+    the end marker (`run_finished`). A store only has to keep what it is given.
+
+    Ordering: records of one run must read back in the order their writes
+    returned. The library never issues two writes for the same run at once.
+
+    Durability: when `write_run_started`, `write_intent`, `write_run_finished`
+    or `write_resolution` returns, the record (and every record of that run
+    written before it) must survive a crash of the process and of the
+    machine. `write_model_call_result` and `write_step_completed` need only
+    survive a crash of the process; the next durable write of the run makes
+    them durable too (prefix durability). A write that raises may or may not
+    have landed, but must never leave a partial record visible.
+
+    Concurrency: writes of different runs may run concurrently. Nothing here
+    promises atomicity between a record and the side effect it describes —
+    that is why intents exist.
+
+    Errors: raise `RunExistsError` from `write_run_started` when the run id
+    already has a log, `RunNotFoundError` from `read_log` when it has none,
+    `CorruptLogError` when a log cannot be decoded, and `StoreError` (wrapping
+    the cause with `raise ... from`) for any storage failure.
+    """
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """Create the run's log with its first record; fail if it exists. Durable."""
+        ...
+
+    async def write_intent(self, run_id: str, record: Intent) -> None:
+        """Append an intent. Durable before it returns: the execution starts after."""
+        ...
+
+    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
+        """Append a model call result. Survives a process crash; durable with the next intent."""
+        ...
+
+    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
+        """Append a step record. Survives a process crash; durable with the next intent."""
+        ...
+
+    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
+        """Append the end marker. Durable before it returns."""
+        ...
+
+    async def write_resolution(self, run_id: str, record: Resolution) -> None:
+        """Append an operator's resolution. Durable before it returns."""
+        ...
+
+    async def read_log(self, run_id: str) -> Sequence[Record]:
+        """Every record of the run in order; a torn last write is not part of it."""
+        ...
+
+
+@runtime_checkable
+class LockingStore(Store, Protocol):
+    """A store that can also keep a run to one live holder (optional capability).
+
+    `lock(run_id)` is an async context manager held for the whole life of a
+    run or a resolution; a second holder, in this process or another, gets
+    `RunActiveError` at once. The hold must end when its holder dies
+    (an OS lock does this; across machines, a lease that lapses).
+    """
+
+    def lock(self, run_id: str) -> AbstractAsyncContextManager[None]: ...

@@ -1,0 +1,140 @@
+"""Agent targets: `path/to/file.py:name` or `module.path:name`, and running them."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._agent import Agent, RunResult
+from ._classify import classify
+from ._errors import PolyLoopError, TargetError
+from ._store import Store
+
+
+def _split(target: str) -> tuple[str, str]:
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name:
+        raise TargetError(target, "expected `path/to/file.py:name` or `module.path:name`")
+    return where, name
+
+
+def _is_file(where: str) -> bool:
+    return where.endswith(".py") or "/" in where or "\\" in where
+
+
+def canonical_target(target: str) -> str:
+    """The target with a file path made absolute, so resume works from any directory."""
+    where, name = _split(target)
+    if _is_file(where):
+        return f"{Path(where).resolve()}:{name}"
+    return target
+
+
+def load_target(target: str) -> Agent:
+    """Import `target` and return the `Agent` it names.
+
+    The name may be an `Agent` or a zero-argument callable returning one.
+
+    Raises:
+        TargetError: the file or module cannot be imported, the name is
+            missing, or it is not an agent.
+    """
+    where, name = _split(target)
+    module = _import_file(target, where) if _is_file(where) else _import_module(target, where)
+    try:
+        obj: Any = getattr(module, name)
+    except AttributeError:
+        raise TargetError(target, f"{where} has no attribute {name!r}") from None
+    if not isinstance(obj, Agent) and callable(obj):
+        try:
+            obj = obj()
+        except PolyLoopError:
+            raise
+        except Exception as exc:
+            raise TargetError(target, f"calling {name}() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, Agent):
+        raise TargetError(target, f"{name} is a {type(obj).__name__}, not a polyloop.Agent")
+    return obj
+
+
+def _import_file(target: str, where: str) -> Any:
+    path = Path(where).resolve()
+    if not path.is_file():
+        raise TargetError(target, f"no file {where}")
+    module_name = f"_polyloop_target_{abs(hash(str(path))):x}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(target, f"{where} is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    # Let the file import its siblings, as `python file.py` would.
+    sys.path.insert(0, str(path.parent))
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise TargetError(target, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _import_module(target: str, where: str) -> Any:
+    try:
+        return importlib.import_module(where)
+    except Exception as exc:
+        raise TargetError(target, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+
+
+async def run_target(
+    target: str,
+    *,
+    goal: str,
+    store: Store,
+    run_id: str | None = None,
+    max_steps: int | None = None,
+) -> RunResult:
+    """Start a new run of the agent at `target`, recording the target for resume.
+
+    Raises:
+        RunExistsError: the run id already has a log (use `resume_run`).
+        TargetError: the target cannot be loaded.
+        and everything `Agent.run` raises.
+    """
+    agent = load_target(target)
+    return await agent.run(
+        goal,
+        run_id=run_id,
+        store=store,
+        target=canonical_target(target),
+        max_steps=max_steps,
+        new=True,
+    )
+
+
+async def resume_run(run_id: str, *, store: Store) -> RunResult:
+    """Continue a run, re-importing the agent target recorded when it started.
+
+    A finished run is returned as recorded, without running anything.
+
+    Raises:
+        RunNotFoundError: the run id has no log.
+        TargetError: no target was recorded, or it cannot be loaded.
+        and everything `Agent.run` raises.
+    """
+    recovery = classify(await store.read_log(run_id), run_id=run_id)
+    if recovery.finished is not None:
+        f = recovery.finished
+        return RunResult(run_id, f.reason, f.result, f.steps, f.error)
+    target = recovery.started.target
+    if not target:
+        raise TargetError(
+            "<none>",
+            f"run {run_id!r} was started from Python without a target; resume it by "
+            "calling Agent.run with the same run id",
+        )
+    agent = load_target(target)
+    return await agent.run(run_id=run_id, store=store)

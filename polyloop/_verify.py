@@ -1,0 +1,146 @@
+"""Checking a directory of JSONL logs for corruption (what `polyloop verify` runs)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ._classify import check
+from ._errors import Problem
+from .stores._jsonl import parse_log
+
+FileStatus = Literal["ok", "torn_tail", "corrupt"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileVerdict:
+    """The verdict on one log file.
+
+    `problems` holds `(line, message)` pairs; for a torn tail it names the
+    line where the tail starts; `line` is None for problems of the whole file.
+    """
+
+    path: str
+    run_id: str
+    status: FileStatus
+    problems: tuple[tuple[int | None, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "run_id": self.run_id,
+            "status": self.status,
+            "problems": [{"line": line, "message": msg} for line, msg in self.problems],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The verdicts on every log under a directory, sorted by path."""
+
+    files: tuple[FileVerdict, ...]
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {"ok": 0, "torn_tail": 0, "corrupt": 0}
+        for f in self.files:
+            counts[f.status] += 1
+        return counts
+
+    def failed(self, *, strict: bool = False) -> bool:
+        """Whether CI should fail: any corruption (or, with `strict`, any torn tail)."""
+        s = self.summary
+        return bool(s["corrupt"] or (strict and s["torn_tail"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": [f.to_json() for f in self.files], "summary": self.summary}
+
+
+def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
+    """Decode every line of one log and apply every invariant of the classifier."""
+    p = Path(path)
+    run_id = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.name
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        return FileVerdict(str(p), run_id, "corrupt", ((None, f"cannot read: {exc.strerror}"),))
+    parsed = parse_log(data)
+    problems: list[tuple[int | None, str]] = [(q.line, q.message) for q in parsed.problems]
+    if not problems:
+        _, found = check(parsed.records, run_id=run_id)
+        problems = [_located(q, parsed.lines) for q in found]
+    if problems:
+        return FileVerdict(str(p), run_id, "corrupt", tuple(problems))
+    if parsed.torn_line is not None:
+        message = "torn tail: the last write was cut off by a crash (dropped on read)"
+        return FileVerdict(str(p), run_id, "torn_tail", ((parsed.torn_line, message),))
+    return FileVerdict(str(p), run_id, "ok")
+
+
+def _located(problem: Problem, lines: list[int]) -> tuple[int | None, str]:
+    if problem.index is not None and problem.index < len(lines):
+        return lines[problem.index], problem.message
+    return problem.line, problem.message
+
+
+def _verify_many(paths: list[str]) -> list[FileVerdict]:
+    return [verify_file(p) for p in paths]
+
+
+def find_logs(directory: str | os.PathLike[str]) -> list[Path]:
+    """Every `*.jsonl` file under `directory`, sorted.
+
+    Raises:
+        FileNotFoundError: the directory does not exist.
+        NotADirectoryError: it is not a directory.
+    """
+    root = Path(directory)
+    if not root.exists():
+        raise FileNotFoundError(f"no directory {root}")
+    if not root.is_dir():
+        raise NotADirectoryError(f"{root} is not a directory")
+    return sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+
+
+def verify_logs(
+    directory: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Check every `*.jsonl` log under `directory`, spread over the machine's cores.
+
+    Torn tails (a normal crash artefact) are reported as `torn_tail`;
+    anything a correct writer cannot produce as `corrupt`, with the line.
+    Nothing is modified.
+
+    Args:
+        directory: the directory to search (recursively).
+        workers: processes to use (default: one per core; 1 means in-process).
+        progress: called with `(files_done, files_total)` as work completes.
+
+    Raises:
+        FileNotFoundError, NotADirectoryError: `directory` is not a directory.
+    """
+    paths = [str(p) for p in find_logs(directory)]
+    total = len(paths)
+    workers = workers or os.cpu_count() or 1
+    verdicts: list[FileVerdict] = []
+    if workers <= 1 or total < 64:
+        for path in paths:
+            verdicts.append(verify_file(path))
+            if progress:
+                progress(len(verdicts), total)
+    else:
+        size = max(16, min(256, total // (workers * 8) or 1))
+        chunks = [paths[i : i + size] for i in range(0, total, size)]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for batch in pool.map(_verify_many, chunks):
+                verdicts.extend(batch)
+                if progress:
+                    progress(len(verdicts), total)
+    return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))

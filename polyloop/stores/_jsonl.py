@@ -1,0 +1,446 @@
+"""The embedded default store: one append-only JSONL file per run.
+
+Durability rules (SPEC §6): every write opens the file, appends, fsyncs when
+the record kind requires it (`run_started`, intents, `run_finished`,
+`resolution`) and closes it. Appends that need no fsync (model call results,
+step records) are a single `write(2)` to the page cache, done inline: they
+survive a process crash at once and reach the disk with the run's next
+fsync. Every fsync happens on a small pool of dedicated writer threads, so
+waiting on the disk never blocks the event loop; one hand-off per durable
+write, two per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import queue
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .._errors import (
+    CorruptLogError,
+    Problem,
+    RunActiveError,
+    RunExistsError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StoreError,
+)
+from .._ids import check_run_id
+from .._records import (
+    Intent,
+    ModelCallResult,
+    Record,
+    RecordError,
+    Resolution,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    UnknownSchemaError,
+    decode,
+    encode,
+)
+
+
+@dataclass(slots=True)
+class ParsedLog:
+    """What a JSONL log file holds, read without judging the run.
+
+    `records` and `lines` (1-based line numbers) are parallel. `torn_line` is
+    the first line of a torn tail (None if there is none) and `torn_offset`
+    its byte offset. `problems` lists mid-file corruption; `schema_version`
+    is set when the log's major version is unknown.
+    """
+
+    records: list[Record] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    torn_line: int | None = None
+    torn_offset: int | None = None
+    problems: list[Problem] = field(default_factory=list)
+    schema_version: object = None
+    ends_without_newline: bool = False
+
+
+def parse_log(data: bytes) -> ParsedLog:
+    """Split a log into records, a torn tail and corruption (SPEC §6).
+
+    The first line that does not decode ends the log; a decodable line after
+    it is corruption. Blank lines are skipped. A line that decodes as JSON
+    but is not a valid record is corruption wherever it stands.
+    """
+    out = ParsedLog()
+    loads = orjson.loads
+    offset = 0
+    number = 0
+    first_bad: int | None = None
+    first_bad_offset = 0
+    length = len(data)
+    while offset < length:
+        end = data.find(b"\n", offset)
+        complete = end != -1
+        if not complete:
+            end = length
+        number += 1
+        line = data[offset:end]
+        line_offset = offset
+        offset = end + 1
+        if not line.strip():
+            continue
+        try:
+            obj = loads(line)
+        except orjson.JSONDecodeError:
+            if first_bad is None:
+                first_bad, first_bad_offset = number, line_offset
+            continue
+        if first_bad is not None:
+            out.problems.append(
+                Problem(f"line {first_bad} does not decode but a later line does", line=number)
+            )
+            continue
+        try:
+            record = decode(obj)
+        except UnknownSchemaError as exc:
+            out.schema_version = exc.version
+            out.problems.append(Problem(str(exc), line=number))
+            continue
+        except RecordError as exc:
+            out.problems.append(Problem(str(exc), line=number))
+            continue
+        out.records.append(record)
+        out.lines.append(number)
+        out.ends_without_newline = not complete
+    if first_bad is not None and not out.problems:
+        out.torn_line, out.torn_offset = first_bad, first_bad_offset
+        out.ends_without_newline = False
+    return out
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte (the replaceable "write these bytes" point of fault injection)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class _DiskWorkers:
+    """Dedicated threads that run blocking disk work handed over from event loops.
+
+    Cheaper than `asyncio.to_thread` per hand-off (no executor bookkeeping),
+    and several threads let concurrent runs fsync in parallel so the file
+    system can commit them together.
+    """
+
+    def __init__(self, max_threads: int = 16) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._max = max_threads
+        self._threads = 0
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._lock:
+            if self._idle == 0 and self._threads < self._max:
+                self._threads += 1
+                threading.Thread(target=self._work, name="polyloop-disk", daemon=True).start()
+        self._queue.put((fn, fut, loop))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # Let an in-flight write land whole before the caller unwinds
+            # (and perhaps releases the run's lock to another process).
+            with contextlib.suppress(BaseException):
+                await fut
+            raise
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            fn, fut, loop = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            try:
+                value, exc = fn(), None
+            except BaseException as e:  # handed to the awaiting task
+                value, exc = None, e
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_settle, fut, value, exc)
+
+
+def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(value)
+    else:
+        fut.set_exception(exc)
+
+
+_workers = _DiskWorkers()
+
+
+class JsonlStore:
+    """Run logs as `<directory>/<run_id>.jsonl`, one JSON record per line.
+
+    The embedded default store. Safe for many concurrent runs in one event
+    loop and for several processes sharing a directory: a run's log is
+    created atomically and exclusively, and `lock` keeps each run to one live
+    holder with an OS lock (`flock`) that the kernel releases when the holder
+    dies.
+
+    Known gap: prefix durability (a crash of the machine keeps a prefix of
+    each file's appends) is what the file system gives append-only files; it
+    cannot be tested without pulling the power.
+
+    Args:
+        directory: where the logs live; created when the first run starts.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        # Internal seams for fault-injection tests; not part of any public API.
+        self._write: Callable[[int, bytes], None] = _write_all
+        self._fsync: Callable[[int], None] = os.fsync
+
+    def __repr__(self) -> str:
+        return f"JsonlStore({str(self.directory)!r})"
+
+    def path(self, run_id: str) -> Path:
+        """The log file of `run_id` (raises `InvalidRunIdError` for unsafe ids)."""
+        return self.directory / f"{check_run_id(run_id)}.jsonl"
+
+    def _lock_path(self, run_id: str) -> Path:
+        return self.directory / f".{check_run_id(run_id)}.lock"
+
+    # -- writes ---------------------------------------------------------------
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        path = self.path(record.run_id)
+        await _workers.run(lambda: self._create(path, encode(record), record.run_id))
+
+    async def write_intent(self, run_id: str, record: Intent) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
+        self._append(self.path(run_id), encode(record), run_id, sync=False)
+
+    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
+        self._append(self.path(run_id), encode(record), run_id, sync=False)
+
+    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_resolution(self, run_id: str, record: Resolution) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def _append_durable(self, run_id: str, data: bytes) -> None:
+        path = self.path(run_id)
+        await _workers.run(lambda: self._append(path, data, run_id, sync=True))
+
+    def _append(self, path: Path, data: bytes, run_id: str, *, sync: bool) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:
+            raise StoreError(f"log of run {run_id!r} is gone: {path} no longer exists", run_id=run_id) from None
+        except OSError as exc:
+            raise StoreError(f"cannot open {path}: {exc.strerror}", run_id=run_id) from exc
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                self._write(fd, data)
+                if sync:
+                    self._fsync(fd)
+            except OSError as exc:
+                # Take a partial append back so the log keeps a clean end;
+                # if even that fails, readers drop it as a torn tail.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
+        finally:
+            os.close(fd)
+
+    def _create(self, path: Path, data: bytes, run_id: str) -> None:
+        # Write the first record to a private file, make it durable, then
+        # publish it with link(2): like O_CREAT|O_EXCL it fails if the log
+        # exists, and a crash at any point leaves no log or a complete one.
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = self.directory / f".{run_id}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create a log in {self.directory}: {exc.strerror}", run_id=run_id) from exc
+        try:
+            try:
+                self._write(fd, data)
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+            os.link(tmp, path)
+        except FileExistsError:
+            raise RunExistsError(run_id) from None
+        except OSError as exc:
+            raise StoreError(f"cannot create {path}: {exc.strerror or exc}", run_id=run_id) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self._fsync_directory(run_id)
+
+    def _fsync_directory(self, run_id: str) -> None:
+        try:
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
+
+    # -- reads ----------------------------------------------------------------
+
+    def _read_bytes(self, run_id: str) -> bytes:
+        path = self.path(run_id)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise RunNotFoundError(run_id, str(self.directory)) from None
+        except IsADirectoryError:
+            raise StoreError(f"{path} is a directory, not a log", run_id=run_id) from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc.strerror}", run_id=run_id) from exc
+
+    async def read_log(self, run_id: str) -> list[Record]:
+        """Every record of the run in order, without a torn tail.
+
+        Raises:
+            InvalidRunIdError: the run id is not a safe file name.
+            RunNotFoundError: there is no log for the run id.
+            CorruptLogError: a line in the middle does not decode, or a line
+                is not a valid record (`SchemaVersionError` for an unknown
+                major version).
+            StoreError: the file cannot be read.
+        """
+        data = await asyncio.to_thread(self._read_bytes, run_id)
+        return _records_or_raise(run_id, parse_log(data))
+
+    async def read_parsed(self, run_id: str) -> ParsedLog:
+        """The log with its line numbers and torn tail, without judging it."""
+        return parse_log(await asyncio.to_thread(self._read_bytes, run_id))
+
+    def exists(self, run_id: str) -> bool:
+        """Whether a log exists for the run id."""
+        return self.path(run_id).exists()
+
+    # -- the run lock -----------------------------------------------------------
+
+    def holder(self, run_id: str) -> str | None:
+        """Who holds the run right now (e.g. `pid 41 on host`), or None if nobody does.
+
+        Probes the OS lock without taking it for longer than the probe and
+        without touching the log.
+        """
+        try:
+            fd = os.open(self._lock_path(run_id), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _describe_holder(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, run_id: str) -> AsyncIterator[None]:
+        """Hold the run for this task until the block exits.
+
+        The hold is an exclusive `flock` on `<directory>/.<run_id>.lock`,
+        released by the kernel if the process dies. On entry, a torn tail
+        left by a crash is cut off so that new records start on a fresh line
+        (the torn write was never acknowledged).
+
+        Raises:
+            RunActiveError: another process or task holds the run.
+            StoreError: the lock file cannot be created.
+        """
+        path = self._lock_path(run_id)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create the lock {path}: {exc.strerror}", run_id=run_id) from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunActiveError(run_id, _describe_holder(fd)) from None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+            await asyncio.to_thread(self._seal_tail, run_id)
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)
+
+    def _seal_tail(self, run_id: str) -> None:
+        path = self.path(run_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc.strerror}", run_id=run_id) from exc
+        if not data:
+            return
+        parsed = parse_log(data)
+        if parsed.problems:
+            return  # corruption is refused by the reader, never repaired
+        try:
+            if parsed.torn_offset is not None:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.ftruncate(fd, parsed.torn_offset)
+                    self._fsync(fd)
+                finally:
+                    os.close(fd)
+            elif parsed.ends_without_newline:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    self._write(fd, b"\n")
+                    self._fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            raise StoreError(f"cannot prepare {path} for appending: {exc.strerror}", run_id=run_id) from exc
+
+
+def _describe_holder(fd: int) -> str | None:
+    with contextlib.suppress(OSError):
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        return text or None
+    return None
+
+
+def _records_or_raise(run_id: str, parsed: ParsedLog) -> list[Record]:
+    if parsed.schema_version is not None:
+        raise SchemaVersionError(run_id, parsed.schema_version)
+    if parsed.problems:
+        raise CorruptLogError(run_id, parsed.problems)
+    return parsed.records
+

@@ -1,0 +1,408 @@
+"""The storage contract: properties every `Store` implementation must have.
+
+Each property is an async function taking a store factory (a zero-argument
+callable returning a store). Properties use fresh run ids only, so a store
+that is shared (a database with other data in it) can run them too. They
+check ordering and crash semantics through the run loop, not only API
+round-trips: a run stopped at a step boundary and resumed must write the
+same logical log as an uninterrupted one; an unknown `never` action must
+stop the run; an unknown `safe` one must be replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .._agent import Agent
+from .._classify import classify
+from .._errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError
+from .._inspect import mark_resolved
+from .._model import ScriptedModel
+from .._records import (
+    Intent,
+    ModelCallResult,
+    Record,
+    Resolution,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+)
+from .._store import Store
+from .._tools import tool
+
+StoreFactory = Callable[[], Any]
+Property = Callable[[StoreFactory], Awaitable[None]]
+
+
+class ContractViolation(AssertionError):
+    """A store broke a property of the storage contract."""
+
+
+def _fresh_id(label: str) -> str:
+    return f"contract-{label}-{uuid.uuid4().hex[:12]}"
+
+
+async def _make(factory: StoreFactory) -> Store:
+    store = factory()
+    if asyncio.iscoroutine(store):
+        store = await store
+    return store
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise ContractViolation(message)
+
+
+def logical(records: list[Record]) -> list[dict[str, Any]]:
+    """Records without their explicitly non-deterministic fields (timestamps)."""
+    out = []
+    for r in records:
+        fields = {name: getattr(r, name) for name in r.__slots__ if name != "at"}  # type: ignore[union-attr]
+        fields["record"] = r.TAG
+        out.append(fields)
+    return out
+
+
+def _sample_run(run_id: str) -> list[Record]:
+    return [
+        RunStarted(run_id=run_id, goal="contract: ünïcode ✓ \x1b[31m", target=None, config={"max_steps": 3}),
+        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+        ModelCallResult(
+            result_id="s1-m1",
+            output={"text": "thinking", "tool_call": {"name": "echo", "args": {"text": "hi\n\"q\""}}},
+            usage={"input_tokens": 12, "output_tokens": 3},
+        ),
+        Intent(
+            kind="action", step=1, attempt=1, result_id="s1-a1", tool="echo",
+            args={"text": "hi\n\"q\""}, replay="never", idempotency_key="pl-key",
+        ),
+        Resolution(result_id="s1-a1", outcome="executed", observation="hi", by="op", reason="checked"),
+        StepCompleted(step=1, result_id="s1-a1", observation="hi"),
+        Intent(kind="model_call", step=2, attempt=1, result_id="s2-m1"),
+        ModelCallResult(result_id="s2-m1", output={"text": "done", "tool_call": None}, usage=None),
+        StepCompleted(step=2, result_id=None, observation=None),
+        RunFinished(reason="final_answer", result="done", steps=2),
+    ]
+
+
+async def _write(store: Store, run_id: str, record: Record) -> None:
+    if isinstance(record, RunStarted):
+        await store.write_run_started(record)
+    elif isinstance(record, Intent):
+        await store.write_intent(run_id, record)
+    elif isinstance(record, ModelCallResult):
+        await store.write_model_call_result(run_id, record)
+    elif isinstance(record, StepCompleted):
+        await store.write_step_completed(run_id, record)
+    elif isinstance(record, RunFinished):
+        await store.write_run_finished(run_id, record)
+    else:
+        await store.write_resolution(run_id, record)
+
+
+async def round_trip_every_record_kind(factory: StoreFactory) -> None:
+    """Every record kind reads back equal, in order, and classifies."""
+    store = await _make(factory)
+    run_id = _fresh_id("roundtrip")
+    records = _sample_run(run_id)
+    for r in records:
+        await _write(store, run_id, r)
+    got = list(await store.read_log(run_id))
+    _expect(got == records, f"read_log returned {got!r}, expected {records!r}")
+    _expect(classify(got, run_id=run_id).status == "finished", "the sample run should classify as finished")
+
+
+async def read_back_after_each_write(factory: StoreFactory) -> None:
+    """A record is visible to read_log as soon as its write returns."""
+    store = await _make(factory)
+    run_id = _fresh_id("prefix")
+    records = _sample_run(run_id)
+    for n, r in enumerate(records, start=1):
+        await _write(store, run_id, r)
+        got = list(await store.read_log(run_id))
+        _expect(got == records[:n], f"after {n} writes read_log returned {len(got)} records")
+
+
+async def run_started_is_exclusive(factory: StoreFactory) -> None:
+    """Creating a run twice fails with RunExistsError and leaves the first intact."""
+    store = await _make(factory)
+    run_id = _fresh_id("exclusive")
+    first = RunStarted(run_id=run_id, goal="first")
+    await store.write_run_started(first)
+    try:
+        await store.write_run_started(RunStarted(run_id=run_id, goal="second"))
+    except RunExistsError:
+        pass
+    else:
+        raise ContractViolation("a second write_run_started for the same id did not raise RunExistsError")
+    _expect(list(await store.read_log(run_id)) == [first], "the first run_started must survive")
+
+
+async def unknown_run_is_not_found(factory: StoreFactory) -> None:
+    """read_log of a run id never written raises RunNotFoundError."""
+    store = await _make(factory)
+    try:
+        await store.read_log(_fresh_id("missing"))
+    except RunNotFoundError:
+        return
+    raise ContractViolation("read_log of an unknown run did not raise RunNotFoundError")
+
+
+async def runs_are_isolated(factory: StoreFactory) -> None:
+    """Interleaved writes of two runs never mix, even when concurrent."""
+    store = await _make(factory)
+    ids = [_fresh_id(f"iso{i}") for i in range(8)]
+    logs = {run_id: _sample_run(run_id) for run_id in ids}
+
+    async def write_all(run_id: str) -> None:
+        for r in logs[run_id]:
+            await _write(store, run_id, r)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(write_all(run_id) for run_id in ids))
+    for run_id in ids:
+        _expect(list(await store.read_log(run_id)) == logs[run_id], f"run {run_id} read back mixed or out of order")
+
+
+async def payloads_survive_exactly(factory: StoreFactory) -> None:
+    """Large, unicode and control-character payloads read back byte for byte."""
+    store = await _make(factory)
+    run_id = _fresh_id("payload")
+    nasty = "".join(chr(c) for c in range(0, 0x250)) + "\u202e\u2028\u2029[red]x[/red] 😀" * 50
+    big = "x" * 1_000_000
+    records: list[Record] = [
+        RunStarted(run_id=run_id, goal=nasty),
+        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+        ModelCallResult(result_id="s1-m1", output={"text": big, "tool_call": None}),
+    ]
+    for r in records:
+        await _write(store, run_id, r)
+    _expect(list(await store.read_log(run_id)) == records, "a large or unusual payload did not round-trip")
+
+
+class _StopAfter(Store):
+    """Wraps a store and stops the run (as a crash would) after step `step` is recorded."""
+
+    def __init__(self, inner: Store, step: int) -> None:
+        self.inner = inner
+        self.step = step
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        await self.inner.write_run_started(record)
+
+    async def write_intent(self, run_id: str, record: Intent) -> None:
+        await self.inner.write_intent(run_id, record)
+
+    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
+        await self.inner.write_model_call_result(run_id, record)
+
+    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
+        await self.inner.write_step_completed(run_id, record)
+        if record.step == self.step:
+            raise _Stopped
+
+    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
+        await self.inner.write_run_finished(run_id, record)
+
+    async def write_resolution(self, run_id: str, record: Resolution) -> None:
+        await self.inner.write_resolution(run_id, record)
+
+    async def read_log(self, run_id: str) -> Any:
+        return await self.inner.read_log(run_id)
+
+
+class _Stopped(BaseException):
+    """Stands for a crash: not an Exception, so nothing in the loop records it."""
+
+
+def _contract_agent(effects: list[str]) -> Agent:
+    @tool
+    def write(name: str) -> str:
+        """Record a side effect."""
+        effects.append(name)
+        return f"wrote {name}"
+
+    @tool(replay="safe")
+    def read(name: str) -> str:
+        """Read something."""
+        return f"read {name}"
+
+    script = [
+        {"tool": "read", "args": {"name": "a"}},
+        {"tool": "write", "args": {"name": "b"}},
+        {"tool": "read", "args": {"name": "c"}},
+        {"tool": "write", "args": {"name": "d"}},
+        {"final": "all done"},
+    ]
+    return Agent(model=ScriptedModel(script), tools=[read, write], max_steps=10)
+
+
+async def resume_matches_uninterrupted_run(factory: StoreFactory) -> None:
+    """A run stopped after step N and resumed writes the same logical log as one never stopped."""
+    store = await _make(factory)
+    effects: list[str] = []
+    base_id = _fresh_id("whole")
+    whole = await _contract_agent(effects).run("contract", run_id=base_id, store=store)
+    expected = logical(list(await store.read_log(base_id)))
+    for stop in range(1, 5):
+        run_id = _fresh_id(f"stop{stop}")
+        try:
+            await _contract_agent([]).run("contract", run_id=run_id, store=_StopAfter(store, stop))
+        except _Stopped:
+            pass
+        else:
+            raise ContractViolation("the stop wrapper did not stop the run")
+        resumed = await _contract_agent([]).run("contract", run_id=run_id, store=store)
+        _expect(
+            (resumed.text, resumed.reason, resumed.steps) == (whole.text, whole.reason, whole.steps),
+            f"stopped after step {stop}: resumed result {resumed} differs from {whole}",
+        )
+        got = logical(list(await store.read_log(run_id)))
+        for entry in got:
+            entry.pop("run_id", None)
+            if entry.get("idempotency_key"):
+                entry["idempotency_key"] = "k"
+        for entry in expected:
+            entry.pop("run_id", None)
+            if entry.get("idempotency_key"):
+                entry["idempotency_key"] = "k"
+        _expect(got == expected, f"stopped after step {stop}: the resumed log differs from an uninterrupted one")
+
+
+class _CrashIn(BaseException):
+    """A crash inside a tool, after its side effect."""
+
+
+async def unknown_actions_follow_their_replay_policy(factory: StoreFactory) -> None:
+    """An unknown `never` action stops the run; after `not_executed` it runs again; `safe` replays."""
+    store = await _make(factory)
+    for policy in ("never", "safe"):
+        calls: list[int] = []
+
+        def effect(ctx_attempt: int) -> str:
+            calls.append(ctx_attempt)
+            if len(calls) == 1:
+                raise _CrashIn
+            return "ok"
+
+        @tool(replay=policy)  # type: ignore[arg-type]
+        def act(ctx: Any) -> str:
+            """Do it."""
+            return effect(ctx.attempt)
+
+        agent = Agent(
+            model=ScriptedModel([{"tool": "act", "args": {}}, {"final": "fin"}]), tools=[act]
+        )
+        run_id = _fresh_id(f"policy-{policy}")
+        try:
+            await agent.run("contract", run_id=run_id, store=store)
+        except _CrashIn:
+            pass
+        if policy == "never":
+            try:
+                await agent.run(run_id=run_id, store=store)
+            except NeedsOperatorError as exc:
+                _expect([e.result_id for e in exc.executions] == ["s1-a1"], "the unknown action must be listed")
+            else:
+                raise ContractViolation("resume went past an unknown `never` action")
+            _expect(calls == [1], "an unknown `never` action was repeated without an operator")
+            await mark_resolved(store, run_id, "s1-a1", executed=False, reason="contract")
+        result = await agent.run(run_id=run_id, store=store)
+        _expect(result.text == "fin", f"{policy}: the run did not finish after recovery")
+        _expect(calls == [1, 2], f"{policy}: expected one crash and one new attempt, got {calls}")
+
+
+async def lock_excludes_a_second_holder(factory: StoreFactory) -> None:
+    """If the store offers `lock`, a second holder is refused until the first lets go."""
+    store = await _make(factory)
+    lock = getattr(store, "lock", None)
+    if not callable(lock):
+        return
+    run_id = _fresh_id("lock")
+    async with lock(run_id):
+        try:
+            async with lock(run_id):
+                raise ContractViolation("a second holder got the lock")
+        except RunActiveError:
+            pass
+    async with lock(run_id):
+        pass
+
+
+PROPERTIES: tuple[Property, ...] = (
+    round_trip_every_record_kind,
+    read_back_after_each_write,
+    run_started_is_exclusive,
+    unknown_run_is_not_found,
+    runs_are_isolated,
+    payloads_survive_exactly,
+    resume_matches_uninterrupted_run,
+    unknown_actions_follow_their_replay_policy,
+    lock_excludes_a_second_holder,
+)
+
+
+def check_store(factory: StoreFactory) -> None:
+    """Run every contract property against stores from `factory`, without pytest.
+
+    Args:
+        factory: a zero-argument callable returning a store (or an awaitable
+            of one). It may return the same store each time; properties only
+            use fresh run ids.
+
+    Raises:
+        ContractViolation: the first property the store breaks, by name.
+    """
+    for prop in PROPERTIES:
+        try:
+            asyncio.run(prop(factory))
+        except ContractViolation as exc:
+            raise ContractViolation(f"{prop.__name__}: {exc}") from exc
+
+
+class StoreContract:
+    """Subclass in a pytest module and provide a `store_factory` fixture.
+
+        from polyloop.testing import StoreContract
+
+        class TestMyStore(StoreContract):
+            @pytest.fixture
+            def store_factory(self, tmp_path):
+                return lambda: MyStore(tmp_path / "db.sqlite")
+
+    Each property is its own test, so `-k`, `xfail` and reporting work.
+    """
+
+    def test_round_trip_every_record_kind(self, store_factory: StoreFactory) -> None:
+        asyncio.run(round_trip_every_record_kind(store_factory))
+
+    def test_read_back_after_each_write(self, store_factory: StoreFactory) -> None:
+        asyncio.run(read_back_after_each_write(store_factory))
+
+    def test_run_started_is_exclusive(self, store_factory: StoreFactory) -> None:
+        asyncio.run(run_started_is_exclusive(store_factory))
+
+    def test_unknown_run_is_not_found(self, store_factory: StoreFactory) -> None:
+        asyncio.run(unknown_run_is_not_found(store_factory))
+
+    def test_runs_are_isolated(self, store_factory: StoreFactory) -> None:
+        asyncio.run(runs_are_isolated(store_factory))
+
+    def test_payloads_survive_exactly(self, store_factory: StoreFactory) -> None:
+        asyncio.run(payloads_survive_exactly(store_factory))
+
+    def test_resume_matches_uninterrupted_run(self, store_factory: StoreFactory) -> None:
+        asyncio.run(resume_matches_uninterrupted_run(store_factory))
+
+    def test_unknown_actions_follow_their_replay_policy(self, store_factory: StoreFactory) -> None:
+        asyncio.run(unknown_actions_follow_their_replay_policy(store_factory))
+
+    def test_lock_excludes_a_second_holder(self, store_factory: StoreFactory) -> None:
+        asyncio.run(lock_excludes_a_second_holder(store_factory))
