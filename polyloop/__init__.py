@@ -48,7 +48,6 @@ from .stores import JsonlStore
 __version__ = "0.1.0"
 
 __all__ = [
-    "SCHEMA_VERSION",
     "Agent",
     "CorruptLogError",
     "Execution",
@@ -77,6 +76,7 @@ __all__ = [
     "RunReport",
     "RunResult",
     "RunStarted",
+    "SCHEMA_VERSION",
     "SchemaVersionError",
     "ScriptedModel",
     "StepCompleted",
@@ -108,7 +108,7 @@ __all__ = [
 # Re-exported names report their public home, as httpx does.
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("polyloop._"):
+    if getattr(_obj, "__module__", "").startswith(("polyloop._", "polyloop.stores._")):
         try:
             _obj.__module__ = "polyloop"
         except (AttributeError, TypeError):

@@ -358,7 +358,7 @@ class JsonlStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                return _describe_holder(fd)
+                return _describe_holder(fd) or "another process"
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
         finally:
@@ -384,16 +384,19 @@ class JsonlStore:
         except OSError as exc:
             raise StoreError(f"cannot create the lock {path}: {exc.strerror}", run_id=run_id) from exc
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise RunActiveError(run_id, _describe_holder(fd)) from None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe_holder(fd)
+            os.close(fd)
+            raise RunActiveError(run_id, holder) from None
+        try:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
             await asyncio.to_thread(self._seal_tail, run_id)
             yield
         finally:
+            # Clear the holder's name while still holding, then let go.
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
             os.close(fd)

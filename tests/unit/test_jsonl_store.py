@@ -1,0 +1,310 @@
+"""The JSONL store: every durability rule of SPEC §6, each with a test that fails without it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import orjson
+import pytest
+
+from polyloop import (
+    CorruptLogError,
+    Intent,
+    InvalidRunIdError,
+    JsonlStore,
+    ModelCallResult,
+    Resolution,
+    RunActiveError,
+    RunExistsError,
+    RunFinished,
+    RunNotFoundError,
+    RunStarted,
+    SchemaVersionError,
+    StepCompleted,
+    StoreError,
+)
+from polyloop.stores import parse_log
+
+
+MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
+MR = ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": {"name": "t", "args": {}}})
+AI = Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="t", args={}, replay="never",
+            idempotency_key="pl-k")
+SC = StepCompleted(step=1, result_id="s1-a1", observation="ok")
+RS = Resolution(result_id="s1-a1", outcome="executed", observation="ok", by="op")
+RF = RunFinished(reason="max_steps", result=None, steps=1)
+
+
+_STARTED: dict[str, RunStarted] = {}
+
+
+def started(run_id="r"):
+    return _STARTED.setdefault(run_id, RunStarted(run_id=run_id, goal="g"))
+
+
+async def write_all(store, run_id="r"):
+    await store.write_run_started(started(run_id))
+    await store.write_intent(run_id, MI)
+    await store.write_model_call_result(run_id, MR)
+    await store.write_intent(run_id, AI)
+    await store.write_step_completed(run_id, SC)
+    await store.write_run_finished(run_id, RF)
+
+
+async def test_one_file_per_run_one_tagged_record_per_line(store):
+    await write_all(store, "a")
+    await store.write_run_started(started("b"))
+    assert sorted(p.name for p in store.directory.glob("*.jsonl")) == ["a.jsonl", "b.jsonl"]
+    lines = store.path("a").read_bytes().splitlines()
+    assert [orjson.loads(line)["record"] for line in lines] == [
+        "run_started", "intent", "model_call_result", "intent", "step_completed", "run_finished",
+    ]
+    assert await store.read_log("a") == [started("a"), MI, MR, AI, SC, RF]
+
+
+@pytest.mark.parametrize("run_id", ["../x", "/abs", ".hidden", "", "ünï", "a/b", "..", "x\n"])
+async def test_unsafe_run_ids_write_nothing_anywhere(tmp_path, run_id):
+    store = JsonlStore(tmp_path / "runs")
+    with pytest.raises(InvalidRunIdError):
+        await store.write_run_started(started(run_id))
+    with pytest.raises(InvalidRunIdError):
+        await store.read_log(run_id)
+    with pytest.raises(InvalidRunIdError):
+        async with store.lock(run_id):
+            pass
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+async def test_missing_run_is_not_found(store):
+    with pytest.raises(RunNotFoundError):
+        await store.read_log("nope")
+
+
+async def test_fsync_happens_at_exactly_the_durable_writes(store):
+    synced: list[str] = []
+    real = store._fsync
+
+    def spy(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isdir(path):
+            synced.append("<dir>")
+        else:
+            with open(path, "rb") as f:
+                last = orjson.loads(f.read().splitlines()[-1])
+            synced.append(last["record"] + (":" + last["kind"] if last["record"] == "intent" else ""))
+        real(fd)
+
+    store._fsync = spy
+    await write_all(store)
+    await store.write_resolution("r", RS)
+    assert synced == [
+        "run_started", "<dir>", "intent:model_call", "intent:action", "run_finished", "resolution",
+    ]
+
+
+async def test_fsync_runs_off_the_event_loop(store):
+    threads = []
+    real = store._fsync
+
+    def spy(fd):
+        threads.append(threading.current_thread())
+        real(fd)
+
+    store._fsync = spy
+    await write_all(store)
+    assert threads and threading.main_thread() not in threads
+
+
+async def test_a_slow_disk_does_not_block_the_loop(store):
+    real = store._fsync
+    ticks = 0
+
+    def slow(fd):
+        import time
+
+        time.sleep(0.2)
+        real(fd)
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    store._fsync = slow
+    task = asyncio.create_task(ticker())
+    await store.write_run_started(started())
+    task.cancel()
+    assert ticks >= 10  # the loop kept running while fsync slept
+
+
+async def test_no_file_handle_outlives_a_write(store):
+    before = set(os.listdir("/proc/self/fd"))
+    await write_all(store)
+    await store.read_log("r")
+    assert set(os.listdir("/proc/self/fd")) - before == set()
+
+
+async def test_run_started_is_exclusive_even_when_concurrent(store):
+    results = await asyncio.gather(
+        *(store.write_run_started(RunStarted(run_id="r", goal=f"g{i}")) for i in range(8)),
+        return_exceptions=True,
+    )
+    assert sum(r is None for r in results) == 1
+    assert all(isinstance(r, RunExistsError) for r in results if r is not None)
+    (first,) = await store.read_log("r")
+    assert first.goal in {f"g{i}" for i in range(8)}
+
+
+async def test_a_write_that_fails_halfway_leaves_no_visible_record(store):
+    await store.write_run_started(started())
+    await store.write_intent("r", MI)
+
+    def half_then_enospc(fd, data):
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    store._write = half_then_enospc
+    with pytest.raises(StoreError, match="No space left"):
+        await store.write_model_call_result("r", MR)
+    with pytest.raises(StoreError):
+        await store.write_intent("r", AI)
+    assert await store.read_log("r") == [started(), MI]
+    assert store.path("r").read_bytes().endswith(b"\n")
+    store._write = __import__("polyloop.stores._jsonl", fromlist=["_write_all"])._write_all
+    await store.write_model_call_result("r", MR)
+    assert (await store.read_log("r"))[-1] == MR
+
+
+async def test_a_crash_while_creating_leaves_no_run(store):
+    def die(fd, data):
+        os.write(fd, data[:10])
+        raise OSError(5, "I/O error")
+
+    store._write = die
+    with pytest.raises(StoreError):
+        await store.write_run_started(started())
+    assert not store.path("r").exists()
+    store._write = __import__("polyloop.stores._jsonl", fromlist=["_write_all"])._write_all
+    await store.write_run_started(started())
+    assert await store.read_log("r") == [started()]
+
+
+async def test_a_vanished_log_stops_writes(store):
+    await store.write_run_started(started())
+    store.path("r").unlink()
+    with pytest.raises(StoreError, match="no longer exists"):
+        await store.write_intent("r", MI)
+
+
+def good_lines():
+    return b"".join(
+        orjson.dumps({"record": r.TAG, **{k: getattr(r, k) for k in r.__slots__}}) + b"\n"
+        for r in [started(), MI, MR]
+    )
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b'{"record":"intent","kind":"act', b"\x00\x00\x00", b'{"rec', b"garbage\n", b"garbage\nmore garbage\n\n"],
+    ids=["cut-json", "zeros", "cut-key", "complete-garbage-line", "garbage-lines"],
+)
+async def test_a_torn_tail_is_the_end_of_the_log(store, tail):
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(good_lines() + tail)
+    assert len(await store.read_log("r")) == 3
+    assert parse_log(good_lines() + tail).torn_line == 4
+
+
+async def test_a_decodable_line_after_an_undecodable_one_is_corruption(store):
+    store.directory.mkdir(parents=True)
+    lines = good_lines().splitlines(keepends=True)
+    store.path("r").write_bytes(lines[0] + b"{broken\n" + lines[1] + lines[2])
+    with pytest.raises(CorruptLogError) as info:
+        await store.read_log("r")
+    assert info.value.problems[0].line == 3
+
+
+async def test_an_invalid_record_mid_file_is_corruption_not_a_torn_tail(store):
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(good_lines() + b'{"record":"intent","step":1}\n')
+    with pytest.raises(CorruptLogError, match="line 4"):
+        await store.read_log("r")
+
+
+async def test_blank_lines_are_skipped(store):
+    store.directory.mkdir(parents=True)
+    lines = good_lines().splitlines(keepends=True)
+    store.path("r").write_bytes(b"\n" + lines[0] + b"  \n\n" + lines[1] + lines[2] + b"\n")
+    assert len(await store.read_log("r")) == 3
+
+
+async def test_an_unknown_major_version_is_refused(store):
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(good_lines().replace(b'"schema_version":"1.0"', b'"schema_version":"2.0"'))
+    with pytest.raises(SchemaVersionError, match="2.0"):
+        await store.read_log("r")
+
+
+async def test_taking_the_lock_cuts_a_torn_tail_so_appends_start_clean(store):
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(good_lines() + b'{"record":"intent","kin')
+    async with store.lock("r"):
+        await store.write_intent("r", AI.__class__(kind="model_call", step=1, attempt=2, result_id="x"))
+    data = store.path("r").read_bytes()
+    assert parse_log(data).torn_line is None
+    assert len(await store.read_log("r")) == 4
+
+
+async def test_a_complete_last_line_without_newline_is_kept(store):
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(good_lines().rstrip(b"\n"))
+    assert len(await store.read_log("r")) == 3
+    async with store.lock("r"):
+        await store.write_intent("r", Intent(kind="model_call", step=1, attempt=2, result_id="x"))
+    assert len(await store.read_log("r")) == 4
+
+
+async def test_the_lock_excludes_other_tasks_and_names_the_holder(store):
+    async with store.lock("r"):
+        with pytest.raises(RunActiveError, match=f"pid {os.getpid()}"):
+            async with store.lock("r"):
+                pass
+        assert store.holder("r") == f"pid {os.getpid()} on {os.uname().nodename}"
+    assert store.holder("r") is None
+    async with store.lock("r"):
+        pass
+
+
+HOLD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from polyloop import JsonlStore
+    async def main():
+        async with JsonlStore(sys.argv[1]).lock("r"):
+            print("held", flush=True)
+            await asyncio.sleep(60)
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_live_process_holds_the_run_until_it_dies(store):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(store.directory)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"held\n"
+        with pytest.raises(RunActiveError, match=f"pid {proc.pid}"):
+            async with store.lock("r"):
+                pass
+        assert store.holder("r").startswith(f"pid {proc.pid}")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    async with store.lock("r"):
+        pass

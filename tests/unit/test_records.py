@@ -1,0 +1,117 @@
+"""Records: one JSON object per line, `record` first, strict where it matters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+
+from polyloop import (
+    SCHEMA_VERSION,
+    Intent,
+    ModelCallResult,
+    Resolution,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+)
+from polyloop._records import RECORD_TYPES, RecordError, UnknownSchemaError, decode, encode
+
+SAMPLES = [
+    RunStarted(run_id="r", goal="g", target="m:a", config={"max_steps": 3}),
+    Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+    Intent(kind="action", step=1, attempt=2, result_id="s1-a2", tool="t", args={"x": [1, "ü"]},
+           replay="safe", idempotency_key="pl-k"),
+    ModelCallResult(result_id="s1-m1", output={"text": "t", "tool_call": None}, usage={"input_tokens": 1, "output_tokens": 2}),
+    ModelCallResult(result_id="s1-m2", output=None, error="RateLimitError: slow down"),
+    StepCompleted(step=1, result_id="s1-a2", observation="ok", is_error=False),
+    StepCompleted(step=2, result_id=None, observation=None),
+    RunFinished(reason="final_answer", result="done", steps=2),
+    Resolution(result_id="s1-a1", outcome="not_executed", by="op", reason="checked the bank"),
+]
+
+
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda r: type(r).__name__)
+def test_every_record_round_trips_as_one_json_line_tagged_first(record):
+    line = encode(record)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    obj = orjson.loads(line)
+    assert next(iter(obj)) == "record"
+    assert obj["record"] == record.TAG
+    assert decode(obj) == record
+
+
+def test_tags_are_the_spec_names_and_no_record_has_a_record_field():
+    assert [cls.TAG for cls in RECORD_TYPES] == [
+        "run_started", "intent", "model_call_result", "step_completed", "run_finished", "resolution",
+    ]
+    for cls in RECORD_TYPES:
+        assert "record" not in {f.name for f in dataclasses.fields(cls)}
+
+
+def test_records_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SAMPLES[0].goal = "other"  # type: ignore[misc]
+
+
+def test_unknown_fields_of_a_known_major_are_ignored():
+    obj = orjson.loads(encode(SAMPLES[1]))
+    obj["added_in_1_7"] = {"anything": True}
+    assert decode(obj) == SAMPLES[1]
+    started = orjson.loads(encode(SAMPLES[0]))
+    started["schema_version"] = "1.9"
+    assert decode(started).schema_version == "1.9"
+
+
+@pytest.mark.parametrize("version", ["2.0", "0.1", "x", ""])
+def test_an_unknown_major_version_fails_loudly(version):
+    obj = orjson.loads(encode(SAMPLES[0]))
+    obj["schema_version"] = version
+    with pytest.raises(UnknownSchemaError):
+        decode(obj)
+
+
+def test_the_writer_stamps_the_current_schema():
+    assert orjson.loads(encode(SAMPLES[0]))["schema_version"] == SCHEMA_VERSION == "1.0"
+
+
+@pytest.mark.parametrize(
+    "mutate, why",
+    [
+        (lambda o: o.update(record="intentz"), "unknown record kind"),
+        (lambda o: o.pop("step"), "lacks field"),
+        (lambda o: o.update(step=True), "wrong type"),
+        (lambda o: o.update(step="1"), "wrong type"),
+        (lambda o: o.update(step=0), "start at 1"),
+        (lambda o: o.update(kind="shell"), "is not model_call or action"),
+        (lambda o: o.update(tool="t"), "carries action fields"),
+        (lambda o: o.update(result_id=None), "must not be null"),
+    ],
+    ids=["kind", "missing", "bool-as-int", "str-as-int", "zero-step", "bad-kind", "model-with-tool", "null-id"],
+)
+def test_decoding_is_strict(mutate, why):
+    obj = orjson.loads(encode(SAMPLES[1]))
+    mutate(obj)
+    with pytest.raises(RecordError, match=why):
+        decode(obj)
+
+
+@pytest.mark.parametrize("value", [[], "x", 3, None])
+def test_non_objects_are_not_records(value):
+    with pytest.raises(RecordError):
+        decode(value)
+
+
+def test_action_intents_need_every_action_field():
+    obj = orjson.loads(encode(SAMPLES[2]))
+    obj["idempotency_key"] = None
+    with pytest.raises(RecordError, match="lacks tool"):
+        decode(obj)
+
+
+def test_model_call_result_has_exactly_one_of_output_and_error():
+    obj = orjson.loads(encode(SAMPLES[3]))
+    obj["error"] = "boom"
+    with pytest.raises(RecordError, match="exactly one"):
+        decode(obj)
