@@ -213,6 +213,10 @@ class JsonlStore:
         # Internal seams for fault-injection tests; not part of any public API.
         self._write: Callable[[int, bytes], None] = _write_all
         self._fsync: Callable[[int], None] = os.fsync
+        # The inode each run's log had when this store created or locked it,
+        # so a file replaced under a live run stops the run instead of
+        # receiving its records.
+        self._inodes: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"JsonlStore({str(self.directory)!r})"
@@ -257,7 +261,14 @@ class JsonlStore:
         except OSError as exc:
             raise StoreError(f"cannot open {path}: {exc.strerror}", run_id=run_id) from exc
         try:
-            size = os.fstat(fd).st_size
+            stat = os.fstat(fd)
+            size = stat.st_size
+            expected = self._inodes.get(run_id)
+            if expected is not None and stat.st_ino != expected:
+                raise StoreError(
+                    f"log of run {run_id!r} was replaced under the run: {path} is another file now",
+                    run_id=run_id,
+                )
             try:
                 self._write(fd, data)
                 if sync:
@@ -285,9 +296,11 @@ class JsonlStore:
             try:
                 self._write(fd, data)
                 self._fsync(fd)
+                inode = os.fstat(fd).st_ino
             finally:
                 os.close(fd)
             os.link(tmp, path)
+            self._inodes[run_id] = inode
         except FileExistsError:
             raise RunExistsError(run_id) from None
         except OSError as exc:
@@ -394,8 +407,11 @@ class JsonlStore:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
             await asyncio.to_thread(self._seal_tail, run_id)
+            with contextlib.suppress(OSError):
+                self._inodes[run_id] = self.path(run_id).stat().st_ino
             yield
         finally:
+            self._inodes.pop(run_id, None)
             # Clear the holder's name while still holding, then let go.
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)

@@ -308,3 +308,16 @@ async def test_a_live_process_holds_the_run_until_it_dies(store):
         proc.stdout.close()
     async with store.lock("r"):
         pass
+
+
+async def test_a_log_replaced_under_a_live_run_stops_it(store):
+    async with store.lock("r"):
+        await store.write_run_started(started())
+        await store.write_intent("r", MI)
+        original = store.path("r").read_bytes()
+        replacement = store.directory / "other"
+        replacement.write_bytes(original)
+        os.replace(replacement, store.path("r"))
+        with pytest.raises(StoreError, match="replaced under the run"):
+            await store.write_model_call_result("r", MR)
+    assert store.path("r").read_bytes() == original
