@@ -1,5 +1,127 @@
-"""Entry point placeholder; the commands are built in the CLI issue."""
+"""The `polyloop` command line: the typer app and `main()`.
 
+Each command lives in its own module (parse, one library call, render);
+`render` holds all terminal output and `errors` all exit codes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from . import errors, inspect_cmd, mark_resolved, resume, run, verify
+
+HELP = """Resumable LLM agent runs on a durable, append-only intent log.
+
+Before every model call and every tool action, PolyLoop makes an intent
+durable in the run's JSONL log. After a crash it knows, for each execution,
+whether it is done, not started or unknown - and it never silently repeats
+an unknown side effect: `safe` tools are replayed, `never` tools (the
+default) stop for an operator. It promises detection, not atomicity.
+
+\b
+The workflow:
+  polyloop run agent.py:agent --goal "tidy the inbox"   # prints the run id
+  # ... the process dies: kill -9, OOM, reboot, Ctrl-C ...
+  polyloop inspect ID              # what happened, what resume would do next
+  polyloop mark-resolved ID s2-a1 --executed   # only if resume needs an operator
+  polyloop resume ID               # continue where it stopped
+  polyloop verify runs/            # in CI: any corrupt logs?
+
+\b
+Runs live in --dir DIR; the default is $POLYLOOP_DIR, else ./runs.
+Exit codes: 0 success, 1 failure (run error, corrupt log), 2 bad usage or
+bad input, 3 needs an operator, 130 interrupted (the run stays resumable).
+
+\b
+Example:
+  polyloop run agent.py:agent --goal "summarise notes.txt" --run-id notes-1
+"""
+
+
+class _Group(TyperGroup):
+    """Every outcome, usage errors included, ends as one exit code and clean output."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            rv = super().main(
+                args=argv,
+                prog_name="polyloop",
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+            code = rv if isinstance(rv, int) else 0
+        except errors.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                sys.stdout.write(exc.format_message() + "\n")
+                code = errors.OK
+            else:
+                code = errors.usage_failure(exc, json="--json" in argv)
+        except (typer.Abort, KeyboardInterrupt):
+            code = errors.INTERRUPTED
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    cls=_Group,
+    help=HELP,
+    name="polyloop",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,  # help text is shown as written: no markup to inject or mangle
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,  # locals hold prompts and keys
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="On failure, show the traceback too (or set POLYLOOP_DEBUG=1)."),
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", is_eager=True)
+    ] = False,
+) -> None:
+    errors.set_debug(debug)
+    if version:
+        from polyloop import __version__
+
+        sys.stdout.write(f"polyloop {__version__}\n")
+        raise typer.Exit(0)
+
+
+# In the order of the workflow: run, (crash), inspect, mark-resolved, resume; verify for CI.
+app.command("run", short_help="Start a new run of an agent; prints its run id.")(run.command)
+app.command("inspect", short_help="Show a run's steps, states, and what resume would do.")(
+    inspect_cmd.command
+)
+app.command("mark-resolved", short_help="Settle an unknown `never` action as executed or not.")(
+    mark_resolved.command
+)
+app.command("resume", short_help="Continue a run after a crash.")(resume.command)
+app.command("verify", short_help="Check every log in a directory for corruption (CI).")(
+    verify.command
+)
 
 def main() -> None:
-    raise SystemExit("polyloop: the command line is not built yet")
+    """The `polyloop` console script (and `python -m polyloop`)."""
+    errors.stream_safe()
+    app()

@@ -1,0 +1,159 @@
+"""Exit codes, and the one place where failures become them.
+
+    0    success: the run finished (final answer or step budget); verify found no corruption
+    1    failure: the run ended in an error; the model call failed; the store failed;
+         the log is corrupt (so resume refuses); verify found corruption
+    2    bad usage or bad input: unknown or unsafe run id, a run id that exists for `run`,
+         a target that cannot be loaded, mark-resolved on an execution that is not an
+         open unknown, a run held by another live process, bad flags
+    3    the run stopped and needs an operator (an unknown `never` execution)
+    130  interrupted (Ctrl-C); the run stays resumable
+
+Every command body runs inside `failures()`, which maps the exception to its
+code with `exit_code()` and hands the rendering to `render`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import typer
+
+from polyloop import (
+    CorruptLogError,
+    InvalidRunIdError,
+    ModelCallError,
+    NeedsOperatorError,
+    PolyLoopError,
+    ResolutionError,
+    RunActiveError,
+    RunExistsError,
+    RunMismatchError,
+    RunNotFoundError,
+    StoreError,
+    TargetError,
+)
+
+from . import render
+
+try:  # typer >= 0.20 vendors click; older typers use click itself
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException, UsageError
+
+OK = 0
+FAILURE = 1
+USAGE = 2
+NEEDS_OPERATOR = 3
+INTERRUPTED = 130
+
+
+class BadInput(Exception):
+    """Input the command line itself rejects (a missing directory, an unreadable file)."""
+
+
+# First match wins, so subclasses come before their bases.
+_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (NeedsOperatorError, NEEDS_OPERATOR),
+    (CorruptLogError, FAILURE),  # and SchemaVersionError
+    (ModelCallError, FAILURE),
+    (StoreError, FAILURE),
+    (InvalidRunIdError, USAGE),
+    (RunNotFoundError, USAGE),
+    (RunExistsError, USAGE),
+    # Another live process holds the run: the request is wrong *right now*;
+    # retrying once the holder is gone is the fix, as for any bad input.
+    (RunActiveError, USAGE),
+    (RunMismatchError, USAGE),
+    (ResolutionError, USAGE),
+    (TargetError, USAGE),
+    (BadInput, USAGE),
+    (UsageError, USAGE),
+    (KeyboardInterrupt, INTERRUPTED),
+    (asyncio.CancelledError, INTERRUPTED),
+    (PolyLoopError, FAILURE),
+)
+
+_RESULT_CODES = {
+    "final_answer": OK,
+    # The step budget is part of the agent's design: the run finished as
+    # configured, so scripts see success. `inspect` tells the two apart.
+    "max_steps": OK,
+    "error": FAILURE,
+}
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for a failure (1 for anything unexpected)."""
+    for kind, code in _CODES:
+        if isinstance(exc, kind):
+            return code
+    return FAILURE
+
+
+def result_code(reason: str) -> int:
+    """The exit code for a run that finished with `reason`."""
+    return _RESULT_CODES.get(reason, FAILURE)
+
+
+_debug = False
+
+
+def set_debug(on: bool) -> None:
+    """Show tracebacks of failures (`polyloop --debug` or `POLYLOOP_DEBUG=1`)."""
+    global _debug
+    _debug = on or os.environ.get("POLYLOOP_DEBUG", "") not in ("", "0")
+
+
+def debug() -> bool:
+    return _debug
+
+
+@dataclass(slots=True)
+class Scope:
+    """What a command knows so far, so a failure can say what to do next."""
+
+    command: str
+    json: bool = False
+    directory: str | None = None
+    run_id: str | None = None
+
+
+@contextlib.contextmanager
+def failures(scope: Scope) -> Iterator[Scope]:
+    """Run a command body; turn anything it raises into a rendered message and an exit code."""
+    try:
+        yield scope
+    except (typer.Exit, ClickException, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # KeyboardInterrupt too: it becomes 130
+        code = exit_code(exc)
+        if code == INTERRUPTED:
+            kind = "interrupted"
+        elif isinstance(exc, PolyLoopError | BadInput):
+            kind = "expected"
+        else:
+            kind = "unexpected"
+        render.failure(exc, code, scope, kind=kind, show_traceback=_debug)
+        raise typer.Exit(code) from None
+
+
+def usage_failure(exc: ClickException, *, json: bool) -> int:
+    """Render a usage error from the argument parser; return its exit code."""
+    render.usage_error(exc, json=json)
+    code = getattr(exc, "exit_code", USAGE)
+    return code if isinstance(code, int) and code else USAGE
+
+
+def stream_safe() -> None:
+    """Never crash printing a character the terminal's encoding lacks."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            with contextlib.suppress(Exception):
+                reconfigure(errors="backslashreplace")

@@ -1,0 +1,107 @@
+"""`polyloop mark-resolved`: an operator settles an unknown `never` action."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from polyloop import mark_resolved
+
+from . import options, render
+from .errors import BadInput, Scope, failures
+from .resume import RunId
+
+
+def command(
+    run_id: RunId,
+    result_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="RESULT_ID",
+            help="The unknown execution's result id, e.g. s3-a1 (see `polyloop inspect`).",
+            show_default=False,
+        ),
+    ],
+    executed: Annotated[
+        bool, typer.Option("--executed", help="It happened: resume reuses the observation.")
+    ] = False,
+    not_executed: Annotated[
+        bool, typer.Option("--not-executed", help="It did not happen: resume runs it again.")
+    ] = False,
+    observation: Annotated[
+        str | None,
+        typer.Option("--observation", metavar="TEXT", help="With --executed: what the action returned (default: empty).", show_default=False),
+    ] = None,
+    observation_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--observation-file",
+            metavar="PATH",
+            help="With --executed: read the observation from a UTF-8 file ('-' for stdin).",
+            show_default=False,
+        ),
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
+    ] = None,
+    directory: options.Directory = None,
+) -> None:
+    """Settle RESULT_ID, an unknown `never` action of run ID, as executed or not.
+
+    Use it when resume stopped (exit 3) because the process died after an
+    action's intent and before its result: PolyLoop cannot know whether the
+    action happened, and will not guess. Check the world (did the email go
+    out? is the file there?), then record your verdict. It is written as a
+    durable `resolution` record with who (the OS user), when and why; the log
+    is otherwise left as it is. Then `polyloop resume ID`: with --executed it
+    reuses the observation, with --not-executed it runs the action again
+    (with the same idempotency key).
+
+    Refused (exit 2) unless RESULT_ID is an unknown, unresolved action of the
+    run; nothing is written then.
+
+    \b
+    Example:
+      polyloop mark-resolved notes-1 s2-a1 --executed --observation "sent" --reason "in the outbox"
+      polyloop mark-resolved notes-1 s2-a1 --not-executed --reason "not in the outbox"
+    """
+    where = options.directory(directory)
+    with failures(Scope("mark-resolved", directory=where, run_id=run_id)):
+        if executed and not_executed:
+            raise BadInput("pass --executed or --not-executed, not both")
+        if not executed and not not_executed:
+            raise BadInput("say what happened: pass --executed or --not-executed")
+        if observation is not None and observation_file is not None:
+            raise BadInput("pass --observation or --observation-file, not both")
+        if not_executed and (observation is not None or observation_file is not None):
+            raise BadInput("an observation goes only with --executed")
+        options.utf8(observation, "--observation")
+        options.utf8(reason, "--reason")
+        text = _read(observation_file) if observation_file is not None else observation
+        recovery = asyncio.run(
+            mark_resolved(
+                options.store(directory),
+                run_id,
+                result_id,
+                executed=executed,
+                observation=text,
+                reason=reason,
+            )
+        )
+        render.resolved(run_id, result_id, executed, recovery, where)
+    raise typer.Exit(0)
+
+
+def _read(path: Path) -> str:
+    try:
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot read the observation file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"the observation file {path} is not UTF-8: {exc}") from exc

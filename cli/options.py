@@ -1,0 +1,45 @@
+"""Options several commands share."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from polyloop import JsonlStore, default_directory
+
+from .errors import BadInput
+
+Directory = Annotated[
+    str | None,
+    typer.Option(
+        "--dir",
+        metavar="DIR",
+        help="Where run logs live. Default: $POLYLOOP_DIR, else ./runs.",
+        show_default=False,
+    ),
+]
+
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout instead of the rendering."),
+]
+
+
+def directory(given: str | None) -> str:
+    """The run directory: `--dir`, else `$POLYLOOP_DIR`, else `./runs`."""
+    return given if given else default_directory()
+
+
+def store(given: str | None) -> JsonlStore:
+    return JsonlStore(directory(given))
+
+
+def utf8(value: str | None, flag: str) -> str | None:
+    """`value`, refused (BadInput) if it is not valid UTF-8 (undecodable bytes in argv)."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadInput(f"{flag} is not valid UTF-8 text") from None
+    return value

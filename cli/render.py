@@ -1,0 +1,476 @@
+"""All terminal output of the command line, and the one gate untrusted text passes.
+
+A log holds whatever a model or a tool produced. Everything read from a log,
+an exception message or a path passes through `safe_text` before it reaches
+a terminal, and is printed as a rich `Text` (never parsed as markup), so
+`[red]`, `[/x]`, ESC sequences and bidi overrides are shown, inert, as
+written. `--json` output is written with the standard `json` module with
+ASCII escapes and never goes through rich.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import traceback
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from polyloop import (
+    Execution,
+    NeedsOperatorError,
+    Recovery,
+    RunReport,
+    RunResult,
+    VerifyReport,
+    default_directory,
+)
+
+# Control (Cc), format (Cf: bidi overrides, zero-width joiners), surrogates
+# (Cs: unprintable) and line/paragraph separators (Zl, Zp).
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+CLIP = 160
+
+
+def safe_text(value: object, *, one_line: bool = False) -> str:
+    """`value` as text that cannot drive a terminal.
+
+    Characters of Unicode categories Cc, Cf, Cs, Zl and Zp become visible
+    escapes (`\\x1b`, `\\u202e`); newline and tab are kept unless `one_line`.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable() and (not one_line or "\t" not in text):
+        return text  # fast path: isprintable() is False for every unsafe category
+    parts = []
+    for ch in text:
+        if ch in "\n\t" and not one_line:
+            parts.append(ch)
+        elif unicodedata.category(ch) in _UNSAFE:
+            code = ord(ch)
+            if code <= 0xFF:
+                parts.append(f"\\x{code:02x}")
+            elif code <= 0xFFFF:
+                parts.append(f"\\u{code:04x}")
+            else:
+                parts.append(f"\\U{code:08x}")
+        else:
+            parts.append(ch)
+    return "".join(parts)
+
+
+def clip(value: object, limit: int = CLIP) -> str:
+    """Untrusted text, made safe and cut to `limit` characters on one line."""
+    text = safe_text(value, one_line=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _t(value: object, style: str = "") -> Text:
+    return Text(safe_text(value), style=style)
+
+
+def _console(stream: TextIO) -> Console:
+    width = None
+    if not stream.isatty() and "COLUMNS" not in os.environ:
+        width = 100
+    return Console(
+        file=stream, markup=False, emoji=False, highlight=False, width=width, soft_wrap=False
+    )
+
+
+def out() -> Console:
+    return _console(sys.stdout)
+
+
+def err() -> Console:
+    return _console(sys.stderr)
+
+
+def _line(console: Console, *parts: str | tuple[str, str] | Text) -> None:
+    text = Text()
+    for part in parts:
+        if isinstance(part, Text):
+            text.append_text(part)
+        elif isinstance(part, tuple):
+            text.append(safe_text(part[0]), style=part[1])
+        else:
+            text.append(safe_text(part))
+    console.print(text, soft_wrap=True)
+    console.file.flush()
+
+
+def print_json(doc: Any) -> None:
+    """Write one JSON document to stdout (never through rich)."""
+    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=True) + "\n")
+    sys.stdout.flush()
+
+
+# -- commands an operator can paste ------------------------------------------
+
+
+def dir_flag(directory: str | None) -> str:
+    """` --dir DIR` when DIR is not where commands look by default."""
+    if directory is None or Path(directory) == Path(default_directory()):
+        return ""
+    return f" --dir {shlex.quote(directory)}"
+
+
+def resume_command(run_id: str, directory: str | None) -> str:
+    return f"polyloop resume {shlex.quote(run_id)}{dir_flag(directory)}"
+
+
+def settle_commands(run_id: str, e: Execution, directory: str | None) -> list[str]:
+    """The exact `mark-resolved` commands that settle an unknown execution."""
+    base = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+    where = dir_flag(directory)
+    return [
+        f"{base} --executed{where}",
+        f"{base} --not-executed{where}",
+    ]
+
+
+def _settle_block(console: Console, run_id: str, blocking: Sequence[Execution], directory: str | None) -> None:
+    for e in blocking:
+        _line(
+            console,
+            "  ",
+            (f"{e.tool}", "bold"),
+            f"({clip(_compact(e.args), 100)})  result id {e.result_id}, step {e.step}, "
+            f"idempotency key {e.idempotency_key}",
+        )
+        executed, not_executed = settle_commands(run_id, e, directory)
+        _line(console, "    ", (executed, "cyan"), ("   # it happened; add --observation TEXT: what it returned", "dim"))
+        _line(console, "    ", (not_executed, "cyan"), ("   # it did not happen; resume runs it again", "dim"))
+    _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
+
+
+# -- failures ----------------------------------------------------------------
+
+
+def _error_doc(exc: BaseException, code: int, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"type": type(exc).__name__, "message": message, "exit_code": code, **extra}}
+
+
+def failure(
+    exc: BaseException, code: int, scope: Any, *, kind: str, show_traceback: bool
+) -> None:
+    """Report a failed command: one line on stderr, and a JSON error too in --json mode.
+
+    `kind` is `interrupted`, `unexpected` (a bug: exit 1 with a hint) or `expected`.
+    """
+    console = err()
+    if show_traceback:
+        console.print(Text(safe_text("".join(traceback.format_exception(exc)))), soft_wrap=True)
+    if kind == "interrupted":
+        message = "interrupted"
+        if scope.run_id:
+            message += (
+                f"; run {scope.run_id} stays resumable: "
+                f"{resume_command(scope.run_id, scope.directory)}"
+            )
+    elif kind == "unexpected":
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        if not show_traceback:
+            message += " (run `polyloop --debug ...` for the traceback)"
+    else:
+        message = str(exc)
+    if scope.json:
+        print_json(_error_doc(exc, code, safe_text(message, one_line=True)))
+    if isinstance(exc, NeedsOperatorError):
+        needs_operator(exc.run_id, exc.executions, scope.directory)
+        return
+    _line(console, ("polyloop: error: ", "bold red"), clip(message, 10_000))
+
+
+def needs_operator(run_id: str, blocking: Sequence[Execution], directory: str | None) -> None:
+    """The run stopped at unknown `never` actions: say so, and how to settle each."""
+    console = err()
+    _line(
+        console,
+        ("polyloop: stopped: ", "bold yellow"),
+        f"run {run_id} needs an operator. The outcome of the action below is unknown "
+        "(the process stopped after its intent and before its result), and its tool "
+        "is `never` replay, so resume will not guess. Check whether it happened, then:",
+    )
+    _settle_block(console, run_id, blocking, directory)
+
+
+def usage_error(exc: Any, *, json: bool) -> None:
+    """A bad command line, as one line on stderr (and as JSON with --json)."""
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "polyloop"
+    message = exc.format_message()
+    hint = f" (see `{path} --help`)" if ctx is not None else ""
+    if json:
+        print_json(
+            {"error": {"type": "UsageError", "message": safe_text(message, one_line=True), "exit_code": 2}}
+        )
+    _line(err(), (f"{path}: error: ", "bold red"), clip(message, 10_000), hint)
+
+
+# -- run and resume ----------------------------------------------------------
+
+
+def run_begins(run_id: str, log: Path) -> None:
+    """Printed before the run starts, so the id is known even if the process dies."""
+    _line(out(), ("run ", "bold"), (run_id, "bold cyan"), f"  (log: {log})")
+
+
+def resume_begins(report: RunReport) -> None:
+    _line(err(), ("resuming ", "bold"), report.run_id, f": {report.next}")
+
+
+def run_result(result: RunResult, directory: str | None, *, already: bool = False) -> None:
+    """How a run ended: the final answer on stdout; an error on stderr."""
+    verb = "had already finished" if already else "finished"
+    steps = f"{result.steps} step" + ("" if result.steps == 1 else "s")
+    if result.reason == "final_answer":
+        _line(out(), (f"{verb}: ", "bold green"), f"final answer after {steps}")
+        out().print(_t(result.text or ""), soft_wrap=True)
+    elif result.reason == "max_steps":
+        _line(
+            out(),
+            (f"{verb}: ", "bold yellow"),
+            f"the step budget was spent after {steps}, without a final answer",
+        )
+    else:
+        _line(
+            err(),
+            ("polyloop: error: ", "bold red"),
+            f"run {result.run_id} {verb} with an error after {steps}: {clip(result.error, 10_000)}",
+        )
+
+
+# -- inspect -----------------------------------------------------------------
+
+_STATE_STYLE = {"done": "green", "unknown": "bold red", "superseded": "dim", "resolved": "yellow"}
+_STATUS_STYLE = {
+    "finished": "bold green",
+    "needs_operator": "bold red",
+    "resumable": "bold yellow",
+    "corrupt": "bold red",
+    "active": "bold cyan",
+}
+
+
+def why(report: RunReport) -> str:
+    """One sentence: why the run finished or stopped."""
+    rec = report.recovery
+    if report.status == "finished" and rec is not None and rec.finished is not None:
+        f = rec.finished
+        steps = f"{f.steps} step" + ("" if f.steps == 1 else "s")
+        if f.reason == "final_answer":
+            return f"It finished with a final answer after {steps}."
+        if f.reason == "max_steps":
+            return f"It finished because the step budget was spent ({steps}, no final answer)."
+        return f"It finished with an error after {steps}: {f.error}."
+    reason = report.reason
+    return f"It stopped: {reason}." if report.status != "active" else f"It is running: {reason}."
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def _tokens(usage: Any) -> str:
+    if not isinstance(usage, dict):
+        return ""
+    return f" {usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tok"
+
+
+def _cell(lines: Iterable[Text]) -> Text:
+    return Text("\n").join(list(lines))
+
+
+def _model_cell(view: Any) -> Text:
+    lines = []
+    for e in view.model_calls:
+        line = Text.assemble(_t(e.result_id), " ", _t(e.state, _STATE_STYLE.get(e.state, "")))
+        line.append(safe_text(_tokens(getattr(e.result, "usage", None))), style="dim")
+        if e.error:
+            line.append(f" failed: {clip(e.error, 60)}", style="red")
+        lines.append(line)
+    return _cell(lines)
+
+
+def _decision_cell(view: Any) -> Text:
+    out_ = view.output.output if view.output is not None else None
+    if not isinstance(out_, dict):
+        return Text("—", style="dim")
+    call = out_.get("tool_call")
+    if call is None:
+        return Text.assemble(("final answer: ", "bold"), clip(out_.get("text") or "", 120))
+    return Text.assemble((clip(call.get("name"), 40), "bold"), f"({clip(_compact(call.get('args')), 100)})")
+
+
+def _action_cell(view: Any) -> Text:
+    lines = []
+    for e in view.actions:
+        line = Text.assemble(_t(e.result_id), " ", _t(e.state, _STATE_STYLE.get(e.state, "")))
+        if e.resolution is not None:
+            line.append(f" ({clip(e.resolution.outcome, 20)})", style="yellow")
+        lines.append(line)
+    return _cell(lines) if lines else Text("—", style="dim")
+
+
+def _observation_cell(view: Any) -> Text:
+    done = view.completed
+    if done is not None and done.observation is not None:
+        return Text(clip(done.observation, 120), style="red" if done.is_error else "")
+    for e in reversed(view.actions):
+        if e.resolution is not None and e.resolution.observation is not None:
+            return Text.assemble(("(operator) ", "yellow"), clip(e.resolution.observation, 120))
+    return Text("—", style="dim")
+
+
+def inspect_report(report: RunReport, directory: str | None) -> None:
+    """The human rendering of `polyloop inspect`."""
+    console = out()
+    rec = report.recovery
+    doc = report.to_json()
+
+    def field(name: str, *value: str | tuple[str, str] | Text) -> None:
+        _line(console, (f"{name:<10}", "bold"), *value)
+
+    field("run", (report.run_id, "bold cyan"))
+    field("status", (report.status, _STATUS_STYLE.get(report.status, "")), f" — {clip(why(report), 10_000)}")
+    if report.holder:
+        field("held by", report.holder)
+    if rec is not None:
+        field("target", clip(rec.started.target or "(none recorded: started from Python)", 400))
+        field("goal", clip(rec.started.goal, 400))
+        finished = rec.finished.at if rec.finished else "—"
+        field("started", clip(rec.started.at, 40), ("   finished ", "bold"), clip(finished, 40))
+        budget = f" of at most {rec.max_steps}" if rec.max_steps else ""
+        field("steps", f"{rec.completed_steps} completed{budget}")
+        t = doc["tokens"]
+        field(
+            "tokens",
+            f"{t['input']} in, {t['output']} out; re-spent {t['respent_input']} in, "
+            f"{t['respent_output']} out ({t['reissued_calls']} re-issued calls)",
+        )
+        if rec.finished is not None and rec.finished.result is not None:
+            field("answer", clip(rec.finished.result, 400))
+    if report.torn_line is not None:
+        field(
+            "torn tail",
+            f"from line {report.torn_line}: a write cut off by a crash; it is ignored, "
+            "and dropped when the run is next resumed",
+        )
+    if rec is not None and rec.steps:
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 1))
+        for name in ("step", "model call", "decision", "action", "replay", "observation"):
+            table.add_column(name, overflow="fold")
+        for view in rec.steps:
+            replay = view.actions[-1].replay if view.actions else ""
+            table.add_row(
+                str(view.step),
+                _model_cell(view),
+                _decision_cell(view),
+                _action_cell(view),
+                _t(replay or ""),
+                _observation_cell(view),
+            )
+        console.print()
+        console.print(table)
+    if rec is not None and rec.resolutions:
+        console.print()
+        _line(console, ("resolutions", "bold"))
+        for r in rec.resolutions:
+            parts: list[str | tuple[str, str]] = [
+                "  ",
+                (clip(r.result_id, 40), "bold"),
+                " ",
+                (clip(r.outcome, 20), "yellow"),
+                f" by {clip(r.by, 60)} at {clip(r.at, 40)}",
+            ]
+            if r.reason:
+                parts.append(f"; reason: {clip(r.reason, 200)}")
+            if r.observation is not None:
+                parts.append(f"; observation: {clip(r.observation, 200)}")
+            _line(console, *parts)
+    if report.problems:
+        console.print()
+        _line(console, ("problems", "bold red"))
+        for p in report.problems:
+            _line(console, "  ", clip(str(p), 400))
+    console.print()
+    _line(console, ("next      ", "bold"), clip(report.next, 10_000))
+    if rec is not None and rec.blocking and report.status != "finished":
+        _line(console, ("settle    ", "bold"), "decide whether it happened, then run one of:")
+        _settle_block(console, report.run_id, rec.blocking, directory)
+
+
+# -- mark-resolved -----------------------------------------------------------
+
+
+def resolved(run_id: str, result_id: str, executed: bool, recovery: Recovery, directory: str | None) -> None:
+    console = out()
+    outcome = "executed" if executed else "not executed"
+    by = recovery.resolutions[-1].by if recovery.resolutions else ""
+    _line(console, ("resolved ", "bold green"), f"{result_id} of run {run_id} as {outcome} (by {clip(by, 60)})")
+    if recovery.blocking:
+        _line(console, ("next     ", "bold"), recovery.next_action())
+        _settle_block(console, run_id, recovery.blocking, directory)
+        return
+    _line(console, ("next     ", "bold"), recovery.next_action())
+    _line(console, ("run      ", "bold"), (resume_command(run_id, directory), "cyan"))
+
+
+# -- verify ------------------------------------------------------------------
+
+
+def verify_report(report: VerifyReport, *, strict: bool) -> None:
+    console = out()
+    for f in report.files:
+        if f.status == "ok":
+            continue
+        style = "bold red" if f.status == "corrupt" or strict else "yellow"
+        for line, message in f.problems or ((None, ""),):
+            where = f"line {line}: " if line is not None else ""
+            _line(console, (f"{f.status:<9}", style), " ", clip(f.path, 400), "  ", clip(f"{where}{message}", 400))
+    s = report.summary
+    total = len(report.files)
+    verdict = ("FAIL", "bold red") if report.failed(strict=strict) else ("OK", "bold green")
+    _line(
+        console,
+        verdict,
+        f"  {total} log{'' if total == 1 else 's'} checked: {s['ok']} ok, "
+        f"{s['torn_tail']} torn tail{'' if s['torn_tail'] == 1 else 's'}, {s['corrupt']} corrupt",
+        " (torn tails fail with --strict)" if strict and s["torn_tail"] else "",
+    )
+
+
+@contextmanager
+def verify_progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr (only when `enabled`), as a `verify_logs` callback."""
+    if not enabled:
+        yield None
+        return
+    # No refresh thread: verify forks worker processes, and forking while
+    # another thread holds a lock is how children deadlock.
+    progress = Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
+        transient=True,
+        auto_refresh=False,
+    )
+    task = progress.add_task("verify", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+        progress.refresh()
+
+    with progress:
+        yield advance

@@ -1,0 +1,52 @@
+"""`polyloop resume`: continue a run after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from polyloop import CorruptLogError, JsonlStore, RunResult, inspect_run, resume_run
+
+from . import options, render
+from .errors import Scope, failures, result_code
+
+RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
+
+
+def command(run_id: RunId, directory: options.Directory = None) -> None:
+    """Continue run ID where it stopped, re-importing the target recorded at its start.
+
+    Done executions are skipped and their recorded results reused (no model
+    call or tool call is repeated), unanswered model calls are re-issued as
+    new attempts, unknown `safe` actions are replayed, and operators'
+    resolutions are honoured. An unknown `never` action stops the run (exit 3)
+    with the exact `polyloop mark-resolved` commands that settle it. A
+    finished run is reported, not re-run; a corrupt log is refused.
+
+    Exit: 0 finished, 1 the run ended in an error (or the log is corrupt, or
+    the model call failed: resume again once fixed), 2 unknown run id, bad
+    input, or the run is held by a live process, 3 needs an operator, 130
+    interrupted.
+
+    \b
+    Example:
+      polyloop resume notes-1
+    """
+    where = options.directory(directory)
+    with failures(Scope("resume", directory=where, run_id=run_id)):
+        result, already = asyncio.run(_resume(options.store(directory), run_id))
+        render.run_result(result, where, already=already)
+    raise typer.Exit(result_code(result.reason))
+
+
+async def _resume(store: JsonlStore, run_id: str) -> tuple[RunResult, bool]:
+    report = await inspect_run(store, run_id)
+    if report.status == "corrupt":
+        raise CorruptLogError(run_id, report.problems)
+    if report.status == "finished":
+        return await resume_run(run_id, store=store), True
+    if report.status != "needs_operator":
+        render.resume_begins(report)
+    return await resume_run(run_id, store=store), False

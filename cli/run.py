@@ -1,0 +1,79 @@
+"""`polyloop run`: start a new run of an agent target."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from polyloop import RunExistsError, check_run_id, load_target, new_run_id, run_target
+
+from . import options, render
+from .errors import BadInput, Scope, failures, result_code
+
+
+def command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET",
+            help="The agent: `path/to/file.py:name` or `module.path:name`, naming an "
+            "Agent or a zero-argument callable returning one.",
+            show_default=False,
+        ),
+    ],
+    goal: Annotated[
+        str | None,
+        typer.Option("--goal", metavar="TEXT", help="What the run is for (required).", show_default=False),
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            metavar="ID",
+            help="The run id: letters, digits, '.', '_', '-'. Default: a new sortable id.",
+            show_default=False,
+        ),
+    ] = None,
+    directory: options.Directory = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option("--max-steps", metavar="N", min=1, help="The step budget (default: the agent's).", show_default=False),
+    ] = None,
+) -> None:
+    """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.
+
+    Prints the run id first (keep it: resume, inspect and mark-resolved need
+    only the id), then the final answer. The target and its arguments are
+    recorded in the log, so `polyloop resume ID` can continue the run after a
+    crash. A run id that already has a log is refused: continue that run
+    with `polyloop resume`.
+
+    Exit: 0 finished (final answer, or step budget spent), 1 the run ended in
+    an error, 2 bad input (target, id, flags), 3 an unknown `never` action
+    needs an operator (the mark-resolved commands are printed), 130
+    interrupted (the run stays resumable).
+
+    \b
+    Example:
+      polyloop run agent.py:agent --goal "summarise notes.txt" --run-id notes-1
+    """
+    where = options.directory(directory)
+    with failures(Scope("run", directory=where)) as scope:
+        store = options.store(directory)
+        rid = check_run_id(run_id) if run_id is not None else new_run_id()
+        options.utf8(target, "TARGET")
+        options.utf8(goal, "--goal")
+        if not goal:
+            raise BadInput("a new run needs a goal: pass --goal TEXT")
+        if store.exists(rid):
+            raise RunExistsError(rid)
+        load_target(target)  # fail on a bad target before announcing a run id
+        scope.run_id = rid
+        render.run_begins(rid, store.path(rid))
+        result = asyncio.run(
+            run_target(target, goal=goal, store=store, run_id=rid, max_steps=max_steps)
+        )
+        render.run_result(result, where)
+    raise typer.Exit(result_code(result.reason))
