@@ -251,6 +251,9 @@ async def mark_resolved(
         raise ResolutionError(run_id, result_id, "an observation goes only with --executed")
     lock = getattr(store, "lock", None)
     if callable(lock):
+        # Check before taking the lock too: taking it creates a lock file and
+        # seals a torn tail, and a refused request must leave everything as it was.
+        await _open_unknown(store, run_id, result_id)
         async with lock(run_id):
             return await _resolve(store, run_id, result_id, executed, observation, reason, by)
     return await _resolve(store, run_id, result_id, executed, observation, reason, by)
@@ -265,20 +268,7 @@ async def _resolve(
     reason: str | None,
     by: str | None,
 ) -> Recovery:
-    records = list(await store.read_log(run_id))
-    recovery = classify(records, run_id=run_id)
-    if recovery.finished is not None:
-        raise ResolutionError(run_id, result_id, "the run has finished")
-    e = recovery.execution(result_id)
-    if e is None:
-        ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
-        raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")
-    if e.kind != "action":
-        raise ResolutionError(
-            run_id, result_id, "it is a model call; resume re-issues unknown model calls by itself"
-        )
-    if e.state != "unknown":
-        raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown")
+    records = await _open_unknown(store, run_id, result_id)
     record = Resolution(
         result_id=result_id,
         outcome="executed" if executed else "not_executed",
@@ -293,6 +283,25 @@ async def _resolve(
     except Exception as exc:
         raise StoreError(f"store failed to write the resolution: {exc}", run_id=run_id) from exc
     return classify([*records, record], run_id=run_id)
+
+
+async def _open_unknown(store: Store, run_id: str, result_id: str) -> list[Record]:
+    """The run's records, if `result_id` is an unknown, unresolved action of it; else raise."""
+    records = list(await store.read_log(run_id))
+    recovery = classify(records, run_id=run_id)
+    if recovery.finished is not None:
+        raise ResolutionError(run_id, result_id, "the run has finished")
+    e = recovery.execution(result_id)
+    if e is None:
+        ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
+        raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")
+    if e.kind != "action":
+        raise ResolutionError(
+            run_id, result_id, "it is a model call; resume re-issues unknown model calls by itself"
+        )
+    if e.state != "unknown":
+        raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown")
+    return records
 
 
 def _os_user() -> str:
