@@ -1,0 +1,388 @@
+"""An OpenAI-compatible chat-completions model: hosted APIs and local servers.
+
+    from polyloop import Agent
+    from polyloop.openai import OpenAIModel
+
+    agent = Agent(model=OpenAIModel(), tools=[...])
+
+`OpenAIModel` talks to any server that speaks the chat-completions API with
+tool calling — OpenAI itself, other hosted APIs, and local servers such as
+vLLM, Ollama or llama.cpp — through the official `openai` package, an
+optional extra::
+
+    pip install 'polyloop[openai]'
+
+Configuration comes from the usual environment variables, each overridable
+by a keyword argument:
+
+| setting  | keyword    | environment                                  |
+|----------|------------|----------------------------------------------|
+| base URL | `base_url` | `OPENAI_BASE_URL` (default: OpenAI's API)    |
+| API key  | `api_key`  | `OPENAI_API_KEY`                             |
+| model    | `model`    | `POLYLOOP_MODEL`, else `OPENAI_MODEL`        |
+
+Every call to the server is one visible attempt in the run's log: the
+client's own retries are off, and rate limits, timeouts, connection errors
+and 5xx answers raise `polyloop.TransientModelError`, which the run loop
+records as a failed attempt and retries as a new attempt after a backoff.
+Other API errors (a bad key, a bad request) propagate unchanged: the loop
+records the failed attempt and stops the run, resumable once the cause is
+fixed.
+
+Importing `polyloop` never imports this module or `openai`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+try:
+    import openai as _openai
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "polyloop.openai needs the `openai` package, an optional extra of polyloop: "
+        "pip install 'polyloop[openai]'",
+        name="openai",
+    ) from exc
+
+from ._agent import TransientModelError
+from ._model import Message, ModelOutput, ToolCall, Usage
+
+__all__ = ["DEFAULT_BASE_URL", "MalformedResponseError", "OpenAIModel"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""The base URL used when neither `base_url` nor `OPENAI_BASE_URL` is set."""
+
+_LOCAL_KEY = "unused"
+_RESERVED = frozenset({"model", "messages", "tools", "stream"})
+
+
+class MalformedResponseError(TransientModelError):
+    """The server answered, but the answer cannot be read as a decision.
+
+    Raised when the answer has no choices, or when the model's tool call
+    carries arguments that are not a JSON object (small models do this). It
+    is a `TransientModelError`: the run loop records the failed attempt,
+    with the raw arguments in its error, and asks the model again as a new
+    attempt — a fresh sample usually parses. No action intent is written for
+    a tool call that could not be read.
+
+    Attributes:
+        raw: the unreadable tool-call arguments (None for other problems).
+    """
+
+    def __init__(self, message: str, *, raw: str | None = None) -> None:
+        self.raw = raw
+        super().__init__(message)
+
+
+class OpenAIModel:
+    """A `polyloop.Model` backed by an OpenAI-compatible chat-completions server.
+
+    Each `complete` call sends the whole history and the tool specs and
+    returns the first tool call of the answer (or its text as the final
+    answer), with the token usage the server reports.
+
+    Args:
+        model: the model name; default `$POLYLOOP_MODEL`, else `$OPENAI_MODEL`.
+        base_url: the API's base URL (ending in `/v1` for most servers);
+            default `$OPENAI_BASE_URL`, else OpenAI's API.
+        api_key: default `$OPENAI_API_KEY`. Local servers usually ignore the
+            key, so with a base URL other than OpenAI's and no key set, a
+            placeholder is sent.
+        timeout: seconds one request may take; a request that takes longer
+            fails as a transient error (a new attempt follows).
+        params: further fields sent with every request, such as
+            `{"temperature": 0, "max_tokens": 1024, "seed": 7}`.
+        client: an `openai.AsyncOpenAI` to reuse (for its connection pool
+            or custom HTTP settings). Its own retries are turned off. Without
+            one, every call opens a fresh client and closes it afterwards, so
+            the model can be used from any event loop.
+
+    Raises:
+        ValueError: no model name is configured; no API key is configured
+            for OpenAI's own API; or `params` sets a field the adapter owns
+            (`model`, `messages`, `tools`, `stream`).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        params: Mapping[str, Any] | None = None,
+        client: Any | None = None,
+    ) -> None:
+        name = model or os.environ.get("POLYLOOP_MODEL") or os.environ.get("OPENAI_MODEL")
+        if not name:
+            raise ValueError(
+                "OpenAIModel needs a model name: set POLYLOOP_MODEL (or OPENAI_MODEL), "
+                "or pass model=..."
+            )
+        clashes = sorted(_RESERVED.intersection(params or {}))
+        if clashes:
+            raise ValueError(f"params must not set {', '.join(clashes)}: the adapter sends those")
+        self.model = name
+        self.timeout = timeout
+        self.params = dict(params or {})
+        if client is not None:
+            self._client = client.with_options(max_retries=0, timeout=timeout)
+            self.base_url = str(self._client.base_url).rstrip("/")
+            self._api_key = None
+            return
+        self._client = None
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if _is_openai(self.base_url):
+                raise ValueError(
+                    f"OpenAIModel needs an API key for {self.base_url}: set OPENAI_API_KEY, "
+                    "or pass api_key=...; for a local server set OPENAI_BASE_URL"
+                )
+            key = _LOCAL_KEY
+        self._api_key = key
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel(model={self.model!r}, base_url={_public_url(self.base_url)!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """What `run_started` records about the model; never the API key."""
+        doc: dict[str, Any] = {
+            "type": "OpenAIModel",
+            "model": self.model,
+            "base_url": _public_url(self.base_url),
+        }
+        if self.params:
+            doc["params"] = dict(self.params)
+        return doc
+
+    def request(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """The chat-completions request body `complete` would send.
+
+        History messages are converted to chat-completions messages: an
+        assistant turn's `tool_call` becomes a one-element `tool_calls` list
+        (its id is the model call's result id, e.g. `s1-m1`, so it is the
+        same on every resume) and tool turns become `role: "tool"` messages
+        answering that id. Tool specs become `{"type": "function", ...}`.
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": _chat_messages(messages)}
+        if tools:
+            body["tools"] = _chat_tools(tools)
+        body.update(self.params)
+        return body
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ModelOutput:
+        """Ask the server for the next decision.
+
+        Returns:
+            The first tool call of the answer (with any text beside it), or,
+            when there is no tool call, the text as the final answer; with
+            usage (`prompt_tokens` → input, `completion_tokens` → output)
+            when the server reports it. Further tool calls in the same answer
+            are dropped: a step runs one action, and the history sent next
+            time shows only the one that ran.
+
+        Raises:
+            TransientModelError: rate limited (429), timed out, could not
+                connect, or a 5xx answer; `retry_after` holds the server's
+                `Retry-After` in seconds when it sent one. Also
+                `MalformedResponseError` for an unreadable answer.
+            openai.APIStatusError: any other error answer (401 bad key, 400
+                bad request, 404 unknown model, 429 with `insufficient_quota`);
+                retrying would not help, so the run stops resumable.
+        """
+        body = self.request(messages, tools)
+        try:
+            if self._client is not None:
+                response = await self._client.chat.completions.create(**body)
+            else:
+                async with _openai.AsyncOpenAI(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    max_retries=0,
+                ) as client:
+                    response = await client.chat.completions.create(**body)
+        except _openai.APIError as exc:
+            transient = _transient(exc, _public_url(self.base_url))
+            if transient is None:
+                raise
+            raise transient from exc
+        return _model_output(response)
+
+
+def _chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Convert PolyLoop history messages (see `polyloop.Message`) to chat-completions messages."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant":
+            call = m.get("tool_call")
+            msg: dict[str, Any] = {"role": "assistant", "content": m.get("content")}
+            if call is not None:
+                msg["tool_calls"] = [
+                    {
+                        "id": str(call["id"]),
+                        "type": "function",
+                        "function": {
+                            "name": call["name"],
+                            "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False),
+                        },
+                    }
+                ]
+            elif msg["content"] is None:
+                msg["content"] = ""
+            out.append(msg)
+        elif role == "tool":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(m["tool_call_id"]),
+                    "content": m.get("content") or "",
+                }
+            )
+        else:
+            out.append({"role": role, "content": m.get("content") or ""})
+    return out
+
+
+def _chat_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Convert tool specs (`{"name", "description", "parameters"}`) to chat-completions tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": s["name"],
+                "description": s.get("description") or "",
+                "parameters": s.get("parameters") or {"type": "object", "properties": {}},
+            },
+        }
+        for s in specs
+    ]
+
+
+def _model_output(response: Any) -> ModelOutput:
+    """Read a chat-completions response (an `openai` `ChatCompletion`) as a `ModelOutput`.
+
+    Raises:
+        MalformedResponseError: no choices, or tool-call arguments that are
+            not a JSON object.
+    """
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        raise MalformedResponseError("the server's answer has no choices")
+    message = choices[0].message
+    text = message.content or getattr(message, "refusal", None)
+    usage = _usage(getattr(response, "usage", None))
+    for call in message.tool_calls or []:
+        function = getattr(call, "function", None)
+        if function is None:  # a custom (non-function) tool call: not ours
+            continue
+        return ModelOutput(
+            text=text or None, tool_call=ToolCall(function.name, _arguments(function)), usage=usage
+        )
+    return ModelOutput(text=text or "", usage=usage)
+
+
+def _arguments(function: Any) -> dict[str, Any]:
+    raw = function.arguments
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        shown = raw if len(raw) <= 500 else raw[:497] + "..."
+        raise MalformedResponseError(
+            f"the model called {function.name!r} with arguments that are not a JSON object: {shown!r}",
+            raw=raw,
+        )
+    return args
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(
+        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+    )
+
+
+def _transient(exc: Exception, url: str) -> TransientModelError | None:
+    """The `TransientModelError` for a retryable API error, or None."""
+    if isinstance(exc, _openai.APITimeoutError):
+        return TransientModelError(f"the request to {url} timed out")
+    if isinstance(exc, _openai.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f": {type(cause).__name__}: {cause}" if cause else ""
+        return TransientModelError(f"cannot connect to {url}{detail}")
+    if not isinstance(exc, _openai.APIStatusError):
+        return None
+    status = exc.status_code
+    if status == 429 and exc.code == "insufficient_quota":
+        return None  # out of credit: retrying cannot help, stop resumable instead
+    if status not in (408, 409, 429) and status < 500:
+        return None
+    what = "rate limited" if status == 429 else "server error" if status >= 500 else "try again"
+    wait = _retry_after(exc.response.headers)
+    hint = "" if wait is None else f" (retry after {wait:g}s)"
+    error = TransientModelError(f"{what} (HTTP {status}) by {url}{hint}: {_server_message(exc)}")
+    error.retry_after = wait  # type: ignore[attr-defined]
+    return error
+
+
+def _server_message(exc: Any) -> str:
+    body = exc.body
+    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+        return body["message"]
+    return str(exc.message)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _is_openai(base_url: str) -> bool:
+    host = urllib.parse.urlsplit(base_url).hostname or ""
+    return host == "api.openai.com"
+
+
+def _public_url(url: str) -> str:
+    """The URL without any user:password part, safe to record and print."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
