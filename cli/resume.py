@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import CorruptLogError, JsonlStore, RunResult, inspect_run, resume_run
+from polyloop import CorruptLogError, JsonlStore, RunActiveError, RunResult, inspect_run, resume_run
 
 from . import options, render
 from .errors import Scope, failures, result_code
@@ -45,6 +45,8 @@ async def _resume(store: JsonlStore, run_id: str) -> tuple[RunResult, bool]:
     report = await inspect_run(store, run_id)
     if report.status == "corrupt":
         raise CorruptLogError(run_id, report.problems)
+    if report.status == "active":
+        raise RunActiveError(run_id, report.holder)
     if report.status == "finished":
         return await resume_run(run_id, store=store), True
     if report.status != "needs_operator":

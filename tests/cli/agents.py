@@ -153,3 +153,24 @@ not_an_agent = 42
 
 def raising_factory() -> Agent:
     raise RuntimeError("cannot build the agent")
+
+
+class KillableModel(ScriptedModel):
+    """A scripted model whose process dies inside the call when `POLYLOOP_TEST_KILL_MODEL` is set."""
+
+    async def complete(self, messages, tools) -> ModelOutput:
+        if os.environ.get("POLYLOOP_TEST_KILL_MODEL"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await super().complete(messages, tools)
+
+
+# Dies during its first model call when asked: resume re-issues the call as attempt 2.
+model_crash = Agent(
+    model=KillableModel(
+        [
+            {"tool": "read_note", "args": {"name": "a"}, "usage": _usage()},
+            {"final": "ok", "usage": _usage(10, 1)},
+        ]
+    ),
+    tools=[read_note],
+)

@@ -1,0 +1,96 @@
+"""Helpers for driving the real `polyloop` console script in subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+AGENTS = HERE / "agents.py"
+
+
+def console_script() -> list[str]:
+    """The installed `polyloop` entry point next to this interpreter (else `-m polyloop`)."""
+    script = Path(sys.executable).with_name("polyloop")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "FORCE_COLOR", "PYTEST_"))}
+    env.pop("COLUMNS", None)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Done:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@dataclass
+class Cli:
+    """Runs `polyloop` in `cwd` against the run directory `runs`."""
+
+    cwd: Path
+    runs: Path
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, dir: bool = True) -> Done:
+        argv = [*console_script(), *args]
+        if dir and args and args[0] in {"run", "resume", "inspect", "mark-resolved"}:
+            argv += ["--dir", str(self.runs)]
+        proc = subprocess.run(
+            argv,
+            cwd=self.cwd,
+            env=clean_env(**(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        return Done(proc.returncode, proc.stdout, proc.stderr)
+
+    def log(self, run_id: str) -> Path:
+        return self.runs / f"{run_id}.jsonl"
+
+    def records(self, run_id: str) -> list[dict[str, Any]]:
+        lines = self.log(run_id).read_bytes().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def target(name: str) -> str:
+    return f"{AGENTS}:{name}"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file under `root` (lock files included) with its hash."""
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def one_line_error(done: Done) -> str:
+    """Assert stderr is exactly one clear line (no traceback) and return it."""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+def effects(tmp_path: Path) -> int:
+    where = tmp_path / "effects"
+    return len(list(where.iterdir())) if where.exists() else 0
