@@ -1,0 +1,103 @@
+"""Fixtures for running the examples: as scripts, through the real `polyloop` CLI, and in-process."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# Nothing from the developer's shell may leak into an example run (least of all a real API key).
+_LEAKY = ("POLYLOOP_", "OPENAI_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY)}
+    env.update(extra)
+    return env
+
+
+def _console_script() -> list[str]:
+    script = Path(sys.executable).with_name("polyloop")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
+
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(_LEAKY):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A fresh directory that looks like a checkout: `examples/` is there, nothing else."""
+    (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
+    return tmp_path
+
+
+@pytest.fixture
+def polyloop(workdir: Path) -> Runner:
+    """Run `polyloop ARGS...` in `workdir`, as a newcomer would type it."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*_console_script(), *args],
+            cwd=workdir,
+            env=clean_env(**(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    return run
+
+
+@pytest.fixture
+def python(workdir: Path) -> Runner:
+    """Run `python examples/NAME.py ARGS...` in `workdir`."""
+
+    def run(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, f"examples/{script}", *args],
+            cwd=workdir,
+            env=clean_env(**(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    return run
+
+
+@pytest.fixture
+def load_example(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], ModuleType]]:
+    """Import `examples/NAME.py` in-process (with its siblings importable, as the CLI does)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    loaded: list[str] = []
+
+    def load(name: str) -> ModuleType:
+        module_name = f"_example_{name}"
+        spec = importlib.util.spec_from_file_location(module_name, EXAMPLES / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        loaded.append(module_name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for module_name in loaded:
+        sys.modules.pop(module_name, None)
