@@ -90,6 +90,14 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from polyloop import __version__
+
+        sys.stdout.write(f"polyloop {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: Annotated[
@@ -97,15 +105,11 @@ def _root(
         typer.Option("--debug", help="On failure, show the traceback too (or set POLYLOOP_DEBUG=1)."),
     ] = False,
     version: Annotated[
-        bool, typer.Option("--version", help="Print the version and exit.", is_eager=True)
+        bool,
+        typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_version),
     ] = False,
 ) -> None:
     errors.set_debug(debug)
-    if version:
-        from polyloop import __version__
-
-        sys.stdout.write(f"polyloop {__version__}\n")
-        raise typer.Exit(0)
 
 
 # In the order of the workflow: run, (crash), inspect, mark-resolved, resume; verify for CI.

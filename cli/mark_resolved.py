@@ -62,8 +62,9 @@ def command(
     reuses the observation, with --not-executed it runs the action again
     (with the same idempotency key).
 
-    Refused (exit 2) unless RESULT_ID is an unknown, unresolved action of the
-    run; nothing is written then.
+    Exit: 0 recorded; 2 refused - RESULT_ID is not an unknown, unresolved
+    action of the run, the run is unknown, finished or held by a live
+    process, or the flags are wrong. Nothing is written when it refuses.
 
     \b
     Example:
