@@ -218,6 +218,7 @@ class FakeOpenAIServer:
         self._port = port
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._bound: int | None = None
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -230,6 +231,7 @@ class FakeOpenAIServer:
         httpd.daemon_threads = False  # server_close() joins every handler thread
         httpd.timeout = 0.05
         self._httpd = httpd
+        self._bound = int(httpd.server_address[1])
         self._thread = threading.Thread(target=self._serve, name="fake-openai", daemon=True)
         self._thread.start()
         return self
@@ -259,9 +261,10 @@ class FakeOpenAIServer:
 
     @property
     def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError("the fake server is not started")
-        return int(self._httpd.server_address[1])
+        """The port it listens on (still known after `stop`, for assertions)."""
+        if self._bound is None:
+            raise RuntimeError("the fake server was never started")
+        return self._bound
 
     @property
     def base_url(self) -> str:

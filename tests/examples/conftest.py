@@ -11,31 +11,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-# Nothing from the developer's shell may leak into an example run (least of all a real API key).
-_LEAKY = ("POLYLOOP_", "OPENAI_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LEAKY)}
-    env.update(extra)
-    return env
-
-
-def _console_script() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
-
-
-Runner = Callable[..., subprocess.CompletedProcess[str]]
+from example_helpers import EXAMPLES, LEAKY, Runner, clean_env, console_script
 
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.startswith(_LEAKY):
+        if name.startswith(LEAKY):
             monkeypatch.delenv(name)
 
 
@@ -52,7 +34,7 @@ def polyloop(workdir: Path) -> Runner:
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*_console_script(), *args],
+            [*console_script(), *args],
             cwd=workdir,
             env=clean_env(**(env or {})),
             capture_output=True,

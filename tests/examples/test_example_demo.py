@@ -14,7 +14,7 @@ import pytest
 from polyloop import JsonlStore, ToolContext, load_target
 from polyloop.testing import logical
 
-from conftest import EXAMPLES, Runner
+from example_helpers import EXAMPLES, Runner
 
 GOAL = "write up the notes"
 

@@ -18,7 +18,7 @@ import pytest
 from polyloop import CorruptLogError, RunActiveError, classify, load_target, mark_resolved
 from polyloop.testing import StoreContract, check_store
 
-from conftest import EXAMPLES, Runner, clean_env
+from example_helpers import EXAMPLES, Runner, clean_env
 
 
 @pytest.fixture

@@ -1,0 +1,90 @@
+"""An LLM agent on an OpenAI-compatible model: the demo's tools, a real model.
+
+The only change from examples/demo.py is the model: `OpenAIModel` instead of
+`ScriptedModel`. The tools, their replay declarations and the crash switch
+are the demo's, so the whole crash-and-recover walkthrough works the same.
+
+    pip install 'polyloop[openai]'
+
+    # a local server (Ollama shown; vLLM and llama.cpp serve the same API):
+    export OPENAI_BASE_URL=http://localhost:11434/v1
+    export POLYLOOP_MODEL=qwen2.5:7b-instruct
+    # or a hosted API: export OPENAI_API_KEY=... POLYLOOP_MODEL=...
+
+    polyloop run examples/openai_agent.py:agent --run-id llm-1 \\
+        --goal "write meeting notes to notes.txt, then collect the TODO lines in todo.txt"
+
+No model at hand? `python examples/openai_agent.py --fake` starts a scripted
+OpenAI-compatible server on 127.0.0.1 (`polyloop.testing.fake_openai`),
+points the adapter at it and runs the agent over a real socket.
+
+Every request to the model is one attempt in the log, with its token usage;
+rate limits, timeouts and 5xx answers are retried as new, visible attempts
+(up to `max_attempts` per step, waiting `retry_backoff` seconds, doubling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+# demo.py sits next to this file; `polyloop run` and `python examples/...`
+# both put this directory on sys.path.
+from demo import SCRIPT, SYSTEM, TOOLS
+
+from polyloop import Agent, JsonlStore, PolyLoopError, default_directory, inspect_run, new_run_id
+
+
+def agent() -> Agent:
+    """The agent, configured from the environment when it is loaded (see `OpenAIModel`)."""
+    from polyloop.openai import OpenAIModel
+
+    model = OpenAIModel(params={"temperature": 0})
+    return Agent(model=model, tools=TOOLS, system=SYSTEM, max_steps=12, max_attempts=4, retry_backoff=1.0)
+
+
+async def _run(goal: str, run_id: str, directory: str) -> int:
+    store = JsonlStore(directory)
+    built = agent()
+    print(f"run {run_id} on {built.model!r}", file=sys.stderr, flush=True)
+    try:
+        result = await built.run(
+            goal, run_id=run_id, store=store, target=f"{Path(__file__).resolve()}:agent", new=True
+        )
+    except PolyLoopError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    tokens = (await inspect_run(store, run_id)).to_json()["tokens"]
+    print(f"{result.reason} after {result.steps} steps: {result.text}")
+    print(f"  tokens: {tokens['input']} in, {tokens['output']} out")
+    print(f"  log:    {store.path(run_id)}")
+    return 0 if result.reason == "final_answer" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the demo's tools with an OpenAI-compatible model.")
+    parser.add_argument("--goal", default="write meeting notes to notes.txt, then collect the TODO lines in todo.txt")
+    parser.add_argument("--run-id", default=None)
+    parser.add_argument("--dir", default=None, help="where run logs go (default: $POLYLOOP_DIR or ./runs)")
+    parser.add_argument("--fake", action="store_true", help="serve scripted answers from 127.0.0.1 instead of a model")
+    args = parser.parse_args(argv)
+    run_id = args.run_id or new_run_id()
+    directory = args.dir or default_directory()
+    if not args.fake:
+        return asyncio.run(_run(args.goal, run_id, directory))
+
+    from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+
+    # The fake plays back the demo's decisions, as a real model's answers.
+    with FakeOpenAIServer([FakeResponse.from_json(out) for out in SCRIPT]) as server:
+        os.environ.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="fake", POLYLOOP_MODEL=server.model)
+        code = asyncio.run(_run(args.goal, run_id, directory))
+        print(f"  the fake server answered {len(server.chat_requests)} chat-completions requests")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
