@@ -1,6 +1,11 @@
-"""Shared fixtures: a fresh JSONL store per test, and small agents."""
+"""Shared fixtures: a fresh JSONL store per test, small agents, and the reliability tally."""
 
 from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
 
 import pytest
 
@@ -16,3 +21,71 @@ def store(tmp_path) -> JsonlStore:
 @pytest.fixture
 def memory() -> MemoryStore:
     return MemoryStore()
+
+
+# -- reliability figures (tests/crash, tests/property) -------------------------------------
+#
+# Crash, soak and fuzz tests add what they did to one session-wide tally; at the
+# end of the session it is written as JSON to $POLYLOOP_RELIABILITY_REPORT (if
+# set), and `tests/crash/report.py` renders it into docs/reliability.md.
+
+_FIGURES = pytest.StashKey["Reliability"]()
+
+
+class Reliability:
+    """A tally of kills, recoveries, fuzz inputs and what went wrong (must stay 0)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.kill_points: set[str] = set()
+        self.tests: set[str] = set()
+        self.started = time.time()
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def to_json(self, exitstatus: int) -> dict:
+        return {
+            "exitstatus": int(exitstatus),
+            "seconds": round(time.time() - self.started, 1),
+            "kill_points": sorted(self.kill_points),
+            "tests": sorted(self.tests),
+            "counts": dict(sorted(self.counts.items())),
+        }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-seconds",
+        type=float,
+        default=None,
+        help="wall-clock budget of the random-kill soak (default: $POLYLOOP_SOAK_SECONDS, else 20)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_FIGURES] = Reliability()
+
+
+@pytest.fixture
+def reliability(request: pytest.FixtureRequest) -> Reliability:
+    figures = request.config.stash[_FIGURES]
+    figures.tests.add(request.node.nodeid)
+    return figures
+
+
+@pytest.fixture(scope="session")
+def soak_seconds(pytestconfig: pytest.Config) -> float:
+    value = pytestconfig.getoption("--soak-seconds")
+    if value is None:
+        value = float(os.environ.get("POLYLOOP_SOAK_SECONDS") or 20)
+    return value
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = os.environ.get("POLYLOOP_RELIABILITY_REPORT")
+    figures = session.config.stash.get(_FIGURES, None)
+    if path and figures is not None and figures.tests:
+        with open(path, "w") as f:
+            json.dump(figures.to_json(exitstatus), f, indent=2)
+            f.write("\n")

@@ -1,0 +1,189 @@
+"""A child process that runs an agent on a JSONL store which kills or fails itself on cue.
+
+    python crash_child.py run TARGET RUN_ID GOAL DIR
+    python crash_child.py resolve RUN_ID RESULT_ID executed|not_executed OBSERVATION DIR
+    python crash_child.py start-only RUN_ID DIR     (write_run_started, no lock: a raw race)
+
+`POLYLOOP_KILL_AT=before|after:KIND:N` SIGKILLs the process just before or
+just after the N-th write of KIND by this process, where KIND is one of
+`run_started`, `intent:model_call`, `intent:action`, `model_call_result`,
+`step_completed`, `run_finished`, `resolution`. The kill is a real SIGKILL
+of this real process; "after" means the store's write returned (for writes
+handed to the writer thread, the record is then on disk).
+
+`POLYLOOP_KILL_AT=create:STAGE` kills inside the creation of the log:
+`partial-write` (half the first record is in the private temp file),
+`before-fsync`, `before-link` (the temp file is complete and synced),
+`before-dir-fsync` (the log is published, the directory not yet synced).
+
+`POLYLOOP_FAULT=enospc|eio-fsync:KIND:N` makes the N-th write of KIND fail
+like a full disk (half the bytes land, then ENOSPC) or a failing fsync (EIO).
+
+Exit codes follow the CLI: 0 finished, 1 store/corrupt failure, 2 bad
+input, 3 needs an operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import sys
+from collections import Counter
+from typing import Any
+
+from polyloop import (
+    CorruptLogError,
+    JsonlStore,
+    NeedsOperatorError,
+    PolyLoopError,
+    RunStarted,
+    StoreError,
+    mark_resolved,
+    run_target,
+)
+from polyloop.stores import _jsonl
+
+KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
+FAULT = os.environ.get("POLYLOOP_FAULT", "")
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fd_path(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+class CueStore(JsonlStore):
+    """The real JSONL store, with a kill or a fault at one chosen write."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.counts: Counter[str] = Counter()
+        self._real_write = self._write
+        self._real_fsync = self._fsync
+        if KILL_AT.startswith("create:"):
+            self._write = self._create_write
+            self._fsync = self._create_fsync
+
+    # -- kills inside the creation of the log --------------------------------
+
+    def _create_write(self, fd: int, data: bytes) -> None:
+        if _fd_path(fd).endswith(".tmp"):
+            if KILL_AT == "create:partial-write":
+                os.write(fd, data[: len(data) // 2])
+                die()
+            self._real_write(fd, data)
+            if KILL_AT == "create:before-fsync":
+                die()
+            return
+        self._real_write(fd, data)
+
+    def _create_fsync(self, fd: int) -> None:
+        path = _fd_path(fd)
+        if os.path.isdir(path) and KILL_AT == "create:before-dir-fsync":
+            die()
+        self._real_fsync(fd)
+        if path.endswith(".tmp") and KILL_AT == "create:before-link":
+            die()
+
+    # -- kills and faults around whole writes ---------------------------------
+
+    async def _cue(self, kind: str, write: Any) -> None:
+        self.counts[kind] += 1
+        point = f"{kind}:{self.counts[kind]}"
+        if KILL_AT == f"before:{point}":
+            die()
+        fault, _, where = FAULT.partition(":")
+        if where == point:
+            if fault == "enospc":
+                self._write = _half_then_enospc
+            elif fault == "eio-fsync":
+                self._fsync = _eio
+            else:
+                raise ValueError(f"unknown fault {FAULT!r}")
+        try:
+            await write
+        finally:
+            self._write, self._fsync = self._real_write, self._real_fsync
+        if KILL_AT == f"after:{point}":
+            die()
+
+    async def write_run_started(self, record):
+        await self._cue("run_started", super().write_run_started(record))
+
+    async def write_intent(self, run_id, record):
+        await self._cue(f"intent:{record.kind}", super().write_intent(run_id, record))
+
+    async def write_model_call_result(self, run_id, record):
+        await self._cue("model_call_result", super().write_model_call_result(run_id, record))
+
+    async def write_step_completed(self, run_id, record):
+        await self._cue("step_completed", super().write_step_completed(run_id, record))
+
+    async def write_run_finished(self, run_id, record):
+        await self._cue("run_finished", super().write_run_finished(run_id, record))
+
+    async def write_resolution(self, run_id, record):
+        await self._cue("resolution", super().write_resolution(run_id, record))
+
+
+def _half_then_enospc(fd: int, data: bytes) -> None:
+    os.write(fd, data[: len(data) // 2])
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _eio(fd: int) -> None:
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def exit_code(exc: PolyLoopError) -> int:
+    if isinstance(exc, NeedsOperatorError):
+        return 3
+    if isinstance(exc, (StoreError, CorruptLogError)):
+        return 1
+    return 2
+
+
+async def main(argv: list[str]) -> int:
+    command = argv[0]
+    if command == "run":
+        target, run_id, goal, directory = argv[1:]
+        result = await run_target(target, goal=goal, store=CueStore(directory), run_id=run_id)
+        print(result.text)
+        return 0 if result.reason != "error" else 1
+    if command == "resolve":
+        run_id, result_id, outcome, observation, directory = argv[1:]
+        executed = outcome == "executed"
+        await mark_resolved(
+            CueStore(directory),
+            run_id,
+            result_id,
+            executed=executed,
+            observation=observation if executed else None,
+            reason="crash test ground truth",
+            by="crash-test",
+        )
+        return 0
+    if command == "start-only":
+        run_id, directory = argv[1:]
+        barrier = os.environ.get("POLYLOOP_BARRIER")
+        if barrier:
+            open(f"{barrier}.{os.getpid()}.ready", "w").close()
+            while not os.path.exists(barrier):
+                await asyncio.sleep(0.0005)
+        await CueStore(directory).write_run_started(RunStarted(run_id=run_id, goal=f"pid {os.getpid()}"))
+        return 0
+    raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    try:
+        code = asyncio.run(main(sys.argv[1:]))
+    except PolyLoopError as exc:
+        print(f"polyloop: {exc}", file=sys.stderr)
+        code = exit_code(exc)
+    sys.exit(code)
