@@ -46,15 +46,18 @@ def safe_text(value: object, *, one_line: bool = False) -> str:
     """`value` as text that cannot drive a terminal.
 
     Characters of Unicode categories Cc, Cf, Cs, Zl and Zp become visible
-    escapes (`\\x1b`, `\\u202e`); newline and tab are kept unless `one_line`.
+    escapes (`\\x1b`, `\\u202e`, `\\r`); newline and tab are kept, unless
+    `one_line` asks for them as `\\n` and `\\t` too.
     """
     text = value if isinstance(value, str) else str(value)
     if text.isprintable() and (not one_line or "\t" not in text):
         return text  # fast path: isprintable() is False for every unsafe category
     parts = []
     for ch in text:
-        if ch in "\n\t" and not one_line:
-            parts.append(ch)
+        if ch in "\n\t":
+            parts.append(("\\n" if ch == "\n" else "\\t") if one_line else ch)
+        elif ch == "\r":
+            parts.append("\\r")
         elif unicodedata.category(ch) in _UNSAFE:
             code = ord(ch)
             if code <= 0xFF:
@@ -143,13 +146,14 @@ def _settle_block(console: Console, run_id: str, blocking: Sequence[Execution], 
         _line(
             console,
             "  ",
-            (f"{e.tool}", "bold"),
-            f"({clip(_compact(e.args), 100)})  result id {e.result_id}, step {e.step}, "
+            (clip(e.tool, 60), "bold"),
+            f"({clip(_compact(e.args), 60)})  step {e.step}, result id {e.result_id}, "
             f"idempotency key {e.idempotency_key}",
         )
         executed, not_executed = settle_commands(run_id, e, directory)
-        _line(console, "    ", (executed, "cyan"), ("   # it happened; add --observation TEXT: what it returned", "dim"))
-        _line(console, "    ", (not_executed, "cyan"), ("   # it did not happen; resume runs it again", "dim"))
+        width = len(not_executed)
+        _line(console, "    ", (executed.ljust(width), "cyan"), ("  # it happened (add --observation TEXT: what it returned)", "dim"))
+        _line(console, "    ", (not_executed, "cyan"), ("  # it did not happen: resume runs it again", "dim"))
     _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
 
 
@@ -284,52 +288,64 @@ def _compact(value: Any) -> str:
 def _tokens(usage: Any) -> str:
     if not isinstance(usage, dict):
         return ""
-    return f" {usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tok"
+    return safe_text(f"{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)}", one_line=True)
 
 
-def _cell(lines: Iterable[Text]) -> Text:
-    return Text("\n").join(list(lines))
-
-
-def _model_cell(view: Any) -> Text:
-    lines = []
-    for e in view.model_calls:
-        line = Text.assemble(_t(e.result_id), " ", _t(e.state, _STATE_STYLE.get(e.state, "")))
-        line.append(safe_text(_tokens(getattr(e.result, "usage", None))), style="dim")
-        if e.error:
-            line.append(f" failed: {clip(e.error, 60)}", style="red")
-        lines.append(line)
-    return _cell(lines)
-
-
-def _decision_cell(view: Any) -> Text:
-    out_ = view.output.output if view.output is not None else None
-    if not isinstance(out_, dict):
-        return Text("—", style="dim")
-    call = out_.get("tool_call")
+def _decision(e: Execution) -> Text:
+    """What a model call decided (or why it failed)."""
+    if e.error:
+        return Text(f"failed: {clip(e.error, 120)}", style="red")
+    output = getattr(e.result, "output", None)
+    if not isinstance(output, dict):
+        return Text("no answer recorded", style="dim")
+    call = output.get("tool_call")
     if call is None:
-        return Text.assemble(("final answer: ", "bold"), clip(out_.get("text") or "", 120))
-    return Text.assemble((clip(call.get("name"), 40), "bold"), f"({clip(_compact(call.get('args')), 100)})")
+        return Text.assemble(("final answer: ", "bold"), clip(output.get("text") or "", 120))
+    return Text.assemble(
+        "→ ", (clip(call.get("name"), 40), "bold"), f"({clip(_compact(call.get('args')), 80)})"
+    )
 
 
-def _action_cell(view: Any) -> Text:
-    lines = []
-    for e in view.actions:
-        line = Text.assemble(_t(e.result_id), " ", _t(e.state, _STATE_STYLE.get(e.state, "")))
-        if e.resolution is not None:
-            line.append(f" ({clip(e.resolution.outcome, 20)})", style="yellow")
-        lines.append(line)
-    return _cell(lines) if lines else Text("—", style="dim")
-
-
-def _observation_cell(view: Any) -> Text:
-    done = view.completed
-    if done is not None and done.observation is not None:
-        return Text(clip(done.observation, 120), style="red" if done.is_error else "")
-    for e in reversed(view.actions):
-        if e.resolution is not None and e.resolution.observation is not None:
-            return Text.assemble(("(operator) ", "yellow"), clip(e.resolution.observation, 120))
+def _outcome(e: Execution) -> Text:
+    """What an action produced, or who settled it."""
+    done = e.result
+    if e.resolution is not None:
+        r = e.resolution
+        text = Text.assemble(("operator: ", "yellow"), clip(r.outcome, 20))
+        if r.observation is not None:
+            text.append(f"; {clip(r.observation, 120)}")
+        return text
+    observation = getattr(done, "observation", None)
+    if observation is not None:
+        return Text(f"= {clip(observation, 120)}", style="red" if getattr(done, "is_error", False) else "")
+    if e.state == "unknown":
+        return Text("no result: did it happen?", style="bold red")
     return Text("—", style="dim")
+
+
+def _steps_table(rec: Recovery) -> Table:
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold", padding=(0, 1))
+    for name in ("step", "id", "state", "replay", "tokens"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("decision / observation", overflow="fold")
+    for view in rec.steps:
+        first = True
+        for e in sorted((*view.model_calls, *view.actions), key=lambda x: x.index):
+            action = e.kind == "action"
+            table.add_row(
+                str(view.step) if first else "",
+                _t(e.result_id),
+                _t(e.state, _STATE_STYLE.get(e.state, "")),
+                _t(e.replay or "") if action else Text(""),
+                Text("") if action else Text(_tokens(getattr(e.result, "usage", None)), style="dim"),
+                _outcome(e) if action else _decision(e),
+            )
+            first = False
+        done = view.completed
+        if done is not None and done.result_id is None and done.observation is not None:
+            # A step without an action that still told the model something (an unknown tool).
+            table.add_row("", "", "", "", "", Text(f"= {clip(done.observation, 120)}", style="red"))
+    return table
 
 
 def inspect_report(report: RunReport, directory: str | None) -> None:
@@ -367,21 +383,8 @@ def inspect_report(report: RunReport, directory: str | None) -> None:
             "and dropped when the run is next resumed",
         )
     if rec is not None and rec.steps:
-        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 1))
-        for name in ("step", "model call", "decision", "action", "replay", "observation"):
-            table.add_column(name, overflow="fold")
-        for view in rec.steps:
-            replay = view.actions[-1].replay if view.actions else ""
-            table.add_row(
-                str(view.step),
-                _model_cell(view),
-                _decision_cell(view),
-                _action_cell(view),
-                _t(replay or ""),
-                _observation_cell(view),
-            )
         console.print()
-        console.print(table)
+        console.print(_steps_table(rec))
     if rec is not None and rec.resolutions:
         console.print()
         _line(console, ("resolutions", "bold"))

@@ -27,7 +27,7 @@ def _assert_inert(text: str) -> None:
         ("a\u200bb", "a\\u200bb"),
         ("\x9b2J", "\\x9b2J"),
         ("bell\x07", "bell\\x07"),
-        ("cr\rlf", "cr\\x0dlf"),
+        ("cr\rlf", "cr\\rlf"),
         ("keep\nnew\tlines", "keep\nnew\tlines"),
         ("[red]x[/red] [/x]", "[red]x[/red] [/x]"),
         ("\U000e0001tag", "\\U000e0001tag"),
@@ -41,7 +41,7 @@ def test_safe_text(raw, shown):
 
 
 def test_safe_text_on_one_line_escapes_newlines_too():
-    assert safe_text("a\nb\tc", one_line=True) == "a\\x0ab\\x09c"
+    assert safe_text("a\nb\tc", one_line=True) == "a\\nb\\tc"
 
 
 def test_a_hostile_run_renders_inert_everywhere(cli: Cli):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from cli_helpers import digest, one_line_error, target, tree_digest
 
 STATUSES = {"finished", "needs_operator", "resumable", "corrupt", "active"}
@@ -86,8 +88,11 @@ def test_a_torn_tail_is_shown_and_left_alone(cli):
 def test_human_rendering_names_every_part(cli):
     cli("run", target("finishing"), "--goal", "what to buy?", "--run-id", "h")
     out = cli("inspect", "h").stdout
-    for part in ("h", "finished", "what to buy?", "read_note", "safe", "s1-a1 done", "tokens", "re-spent", "final answer", "nothing: the run finished"):
+    for part in ("h", "finished", "what to buy?", "read_note", "tokens", "re-spent", "final answer", "nothing: the run finished"):
         assert part in out, part
+    assert re.search(r"^1\s+s1-m1\s+done\s+100\+20\s+→ read_note\(\{\"name\": \"shopping\"\}\)", out, re.M)
+    assert re.search(r"^\s+s1-a1\s+done\s+safe\s+= note shopping: buy milk", out, re.M)
+    assert re.search(r"^2\s+s2-m1\s+done\s+150\+10\s+final answer: You need milk\.", out, re.M)
 
 
 def test_unknown_and_unsafe_ids_exit_2_in_text_and_json(cli):
