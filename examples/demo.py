@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"finished ({result.reason}) after {result.steps} steps: {result.text}")
     print(f"  log:       {store.path(run_id)}   (one JSON record per line)")
     print(f"  workspace: {workspace(run_id)}")
-    print(f"  look:      polyloop inspect {run_id}")
+    where = f" --dir {args.dir}" if args.dir else ""
+    print(f"  look:      polyloop inspect {run_id}{where}")
     print(
         "Now crash it on purpose and recover (walkthrough in examples/README.md):\n"
         f'  {CRASH_ENV}=1 polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"'

@@ -1,0 +1,20 @@
+"""The how-to for the adapter stays true: its Python blocks run as written."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+HOWTO = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "use-an-openai-compatible-model.md"
+
+
+def test_the_python_blocks_of_the_howto_run(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", HOWTO.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) == 2
+    namespace: dict[str, object] = {"__name__": "howto"}
+    for block in blocks:
+        exec(compile(block, str(HOWTO), "exec"), namespace)
+    agent = namespace["agent"]  # the agent function reads the environment only when called
+    assert callable(agent)
+    asyncio.run(namespace["test_my_agent"](tmp_path))  # type: ignore[operator]
