@@ -75,10 +75,13 @@ class MalformedResponseError(TransientModelError):
 
     Attributes:
         raw: the unreadable tool-call arguments (None for other problems).
+        usage: the tokens the server says the unreadable answer cost, if it
+            said (the run loop does not record usage for failed attempts yet).
     """
 
-    def __init__(self, message: str, *, raw: str | None = None) -> None:
+    def __init__(self, message: str, *, raw: str | None = None, usage: Usage | None = None) -> None:
         self.raw = raw
+        self.usage = usage
         super().__init__(message)
 
 
@@ -274,29 +277,24 @@ def _chat_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _model_output(response: Any) -> ModelOutput:
-    """Read a chat-completions response (an `openai` `ChatCompletion`) as a `ModelOutput`.
-
-    Raises:
-        MalformedResponseError: no choices, or tool-call arguments that are
-            not a JSON object.
-    """
+    """Read an `openai` `ChatCompletion` as a `ModelOutput` (or raise `MalformedResponseError`)."""
+    usage = _usage(getattr(response, "usage", None))
     choices = getattr(response, "choices", None) or []
     if not choices:
-        raise MalformedResponseError("the server's answer has no choices")
+        raise MalformedResponseError("the server's answer has no choices", usage=usage)
     message = choices[0].message
     text = message.content or getattr(message, "refusal", None)
-    usage = _usage(getattr(response, "usage", None))
     for call in message.tool_calls or []:
         function = getattr(call, "function", None)
         if function is None:  # a custom (non-function) tool call: not ours
             continue
         return ModelOutput(
-            text=text or None, tool_call=ToolCall(function.name, _arguments(function)), usage=usage
+            text=text or None, tool_call=ToolCall(function.name, _arguments(function, usage)), usage=usage
         )
     return ModelOutput(text=text or "", usage=usage)
 
 
-def _arguments(function: Any) -> dict[str, Any]:
+def _arguments(function: Any, usage: Usage | None) -> dict[str, Any]:
     raw = function.arguments
     if raw is None or not raw.strip():
         return {}
@@ -309,6 +307,7 @@ def _arguments(function: Any) -> dict[str, Any]:
         raise MalformedResponseError(
             f"the model called {function.name!r} with arguments that are not a JSON object: {shown!r}",
             raw=raw,
+            usage=usage,
         )
     return args
 

@@ -165,10 +165,11 @@ async def test_empty_arguments_mean_no_arguments() -> None:
 @pytest.mark.parametrize("raw", ['{"old": "a", ', "[1, 2]", "null", "not json"])
 @pytest.mark.asyncio
 async def test_unreadable_arguments_are_a_malformed_response(raw: str) -> None:
-    with FakeOpenAIServer([FakeResponse.tool_call("rename", raw)]) as server:
+    with FakeOpenAIServer([FakeResponse.tool_call("rename", raw, usage=(80, 6))]) as server:
         with pytest.raises(MalformedResponseError) as caught:
             await _model(server).complete(HISTORY[:2], SPECS)
     assert caught.value.raw == raw
+    assert caught.value.usage == Usage(80, 6)  # paid for, though unusable
     assert "rename" in str(caught.value) and "not a JSON object" in str(caught.value)
 
 
