@@ -30,8 +30,8 @@ def command(run_id: RunId, directory: options.Directory = None, json: options.Js
 
     \b
     Example:
-      polyloop inspect notes-1
-      polyloop inspect notes-1 --json | jq -r .status
+      polyloop inspect demo
+      polyloop inspect demo --json | jq -r .status
     """
     where = options.directory(directory)
     with failures(Scope("inspect", json=json, directory=where, run_id=run_id)):

@@ -24,13 +24,13 @@ an unknown side effect: `safe` tools are replayed, `never` tools (the
 default) stop for an operator. It promises detection, not atomicity.
 
 \b
-The workflow:
-  polyloop run agent.py:agent --goal "tidy the inbox"   # prints the run id
-  # ... the process dies: kill -9, OOM, reboot, Ctrl-C ...
-  polyloop inspect ID              # what happened, what resume would do next
-  polyloop mark-resolved ID s2-a1 --executed   # only if resume needs an operator
-  polyloop resume ID               # continue where it stopped
-  polyloop verify runs/            # in CI: any corrupt logs?
+The workflow, with the demo agent of the repository's examples/:
+  POLYLOOP_DEMO_CRASH=1 polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
+  # the process dies right after a side effect (as with kill -9, OOM, a reboot)
+  polyloop inspect demo              # what happened; what resume would do next
+  polyloop mark-resolved demo s2-a1 --executed   # settle an unknown `never` action
+  polyloop resume demo               # continue where it stopped
+  polyloop verify runs/              # in CI: is any log corrupt?
 
 \b
 Runs live in --dir DIR; the default is $POLYLOOP_DIR, else ./runs.
@@ -39,7 +39,7 @@ bad input, 3 needs an operator, 130 interrupted (the run stays resumable).
 
 \b
 Example:
-  polyloop run agent.py:agent --goal "summarise notes.txt" --run-id notes-1
+  polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
 """
 
 

@@ -68,8 +68,8 @@ def command(
 
     \b
     Example:
-      polyloop mark-resolved notes-1 s2-a1 --executed --observation "sent" --reason "in the outbox"
-      polyloop mark-resolved notes-1 s2-a1 --not-executed --reason "not in the outbox"
+      polyloop mark-resolved demo s2-a1 --executed --observation "wrote 188 bytes" --reason "the file is there"
+      polyloop mark-resolved demo s2-a1 --not-executed --reason "no notes.txt"
     """
     where = options.directory(directory)
     with failures(Scope("mark-resolved", directory=where, run_id=run_id)):

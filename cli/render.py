@@ -40,6 +40,7 @@ from polyloop import (
 # (Cs: unprintable) and line/paragraph separators (Zl, Zp).
 _UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 CLIP = 160
+SHOWN_PROBLEMS = 5  # per log in a human rendering; --json lists every one
 
 
 def safe_text(value: object, *, one_line: bool = False) -> str:
@@ -109,6 +110,11 @@ def _line(console: Console, *parts: str | tuple[str, str] | Text) -> None:
             text.append(safe_text(part))
     console.print(text, soft_wrap=True)
     console.file.flush()
+
+
+def _more(console: Console, total: int) -> None:
+    if total > SHOWN_PROBLEMS:
+        _line(console, (f"          … and {total - SHOWN_PROBLEMS} more problems (--json lists them all)", "dim"))
 
 
 def print_json(doc: Any) -> None:
@@ -278,7 +284,11 @@ def why(report: RunReport) -> str:
             return f"It finished because the step budget was spent ({steps}, no final answer)."
         return f"It finished with an error after {steps}: {f.error}."
     reason = report.reason
-    return f"It stopped: {reason}." if report.status != "active" else f"It is running: {reason}."
+    if report.status == "corrupt":
+        return f"It cannot be resumed: {reason}."
+    if report.status == "active":
+        return f"It is running: {reason}."
+    return f"It stopped: {reason}."
 
 
 def _compact(value: Any) -> str:
@@ -379,8 +389,8 @@ def inspect_report(report: RunReport, directory: str | None) -> None:
     if report.torn_line is not None:
         field(
             "torn tail",
-            f"from line {report.torn_line}: a write cut off by a crash; it is ignored, "
-            "and dropped when the run is next resumed",
+            f"from line {report.torn_line}: a write cut off by a crash; readers ignore it "
+            "(resume cuts it off before appending)",
         )
     if rec is not None and rec.steps:
         console.print()
@@ -404,8 +414,9 @@ def inspect_report(report: RunReport, directory: str | None) -> None:
     if report.problems:
         console.print()
         _line(console, ("problems", "bold red"))
-        for p in report.problems:
+        for p in report.problems[:SHOWN_PROBLEMS]:
             _line(console, "  ", clip(str(p), 400))
+        _more(console, len(report.problems))
     console.print()
     _line(console, ("next      ", "bold"), clip(report.next, 10_000))
     if rec is not None and rec.blocking and report.status != "finished":
@@ -438,9 +449,10 @@ def verify_report(report: VerifyReport, *, strict: bool) -> None:
         if f.status == "ok":
             continue
         style = "bold red" if f.status == "corrupt" or strict else "yellow"
-        for line, message in f.problems or ((None, ""),):
+        for line, message in (f.problems or ((None, ""),))[:SHOWN_PROBLEMS]:
             where = f"line {line}: " if line is not None else ""
             _line(console, (f"{f.status:<9}", style), " ", clip(f.path, 400), "  ", clip(f"{where}{message}", 400))
+        _more(console, len(f.problems))
     s = report.summary
     total = len(report.files)
     verdict = ("FAIL", "bold red") if report.failed(strict=strict) else ("OK", "bold green")

@@ -32,7 +32,7 @@ def command(run_id: RunId, directory: options.Directory = None) -> None:
 
     \b
     Example:
-      polyloop resume notes-1
+      polyloop resume demo
     """
     where = options.directory(directory)
     with failures(Scope("resume", directory=where, run_id=run_id)):

@@ -57,7 +57,7 @@ def command(
 
     \b
     Example:
-      polyloop run agent.py:agent --goal "summarise notes.txt" --run-id notes-1
+      polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
     """
     where = options.directory(directory)
     with failures(Scope("run", directory=where)) as scope:
