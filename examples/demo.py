@@ -3,7 +3,9 @@
 Runs on a fresh machine with no network and no API key: the model is a
 `ScriptedModel` (a fixed list of decisions), and the tools really read,
 write and run shell commands in a scratch directory,
-`$POLYLOOP_DEMO_DIR/<run id>/` (default `./demo-workspace/<run id>/`).
+`$POLYLOOP_DEMO_DIR/<run id>/` (default `./demo-workspace/<run id>/`,
+relative to the current directory: resume from the same directory, or set
+`POLYLOOP_DEMO_DIR` to an absolute path).
 
     python examples/demo.py                        # one run, start to finish
     polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
