@@ -21,7 +21,7 @@ from ._errors import (
     StoreError,
 )
 from ._ids import check_run_id, idempotency_key, new_run_id, result_id
-from ._model import Message, Model, ModelOutput
+from ._model import Model, ModelOutput, _History
 from ._records import FinishReason, Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 from ._store import Store
 from ._tools import Tool, ToolContext
@@ -261,7 +261,7 @@ class _Run:
             return RunResult(self.run_id, f.reason, f.result, f.steps, f.error)
         if rec.blocking:
             raise NeedsOperatorError(self.run_id, rec.blocking)
-        history: list[Message] = []
+        history = _History()
         if self.system:
             history.append({"role": "system", "content": self.system})
         history.append({"role": "user", "content": rec.started.goal})
@@ -301,7 +301,7 @@ class _Run:
             step += 1
 
     async def _decide(
-        self, step: int, view: StepView | None, history: list[Message]
+        self, step: int, view: StepView | None, history: _History
     ) -> tuple[ModelOutput, str]:
         if view is not None and view.output is not None:
             out = view.output
@@ -319,7 +319,7 @@ class _Run:
                 self.run_id,
             )
             try:
-                output = await self.agent.model.complete(list(history), self.specs)
+                output = await self.agent.model.complete(history.view(), self.specs)
                 if not isinstance(output, ModelOutput):
                     raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
             except Exception as exc:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -17,6 +18,71 @@ Message = dict[str, Any]
 * `{"role": "assistant", "content": str | None, "tool_call": {"id", "name", "args"} | None}`
 * `{"role": "tool", "tool_call_id": str, "name": str | None, "content": str}`
 """
+
+
+class _History:
+    """The run loop's history: append-only, with its assistant turns counted as it grows."""
+
+    __slots__ = ("_items", "_assistant")
+
+    def __init__(self) -> None:
+        self._items: list[Message] = []
+        self._assistant = 0
+
+    def append(self, message: Message) -> None:
+        self._items.append(message)
+        if message.get("role") == "assistant":
+            self._assistant += 1
+
+    def view(self) -> HistoryView:
+        return HistoryView(self._items, len(self._items), self._assistant)
+
+
+class HistoryView(Sequence[Message]):
+    """The history a model is given: a read-only snapshot, made in constant time.
+
+    The loop only ever appends to its history, so the first `len(view)`
+    messages never change and the view needs no copy: a step costs the same
+    at step 10,000 as at step 10. It is a `Sequence` (index, slice, iterate,
+    compare with a list); call `list(view)` for a list of your own.
+    """
+
+    __slots__ = ("_items", "_n", "_assistant")
+
+    def __init__(self, items: list[Message], n: int, assistant: int) -> None:
+        self._items = items
+        self._n = n
+        self._assistant = assistant
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self._items[slice(*index.indices(self._n))]
+        i = index.__index__()
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("history index out of range")
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._items, self._n)
+
+    def __reversed__(self) -> Iterator[Message]:
+        items = self._items
+        return (items[i] for i in range(self._n - 1, -1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (HistoryView, list)):
+            return len(other) == self._n and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HistoryView({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +136,11 @@ class ModelOutput:
 class Model(Protocol):
     """The port a model implements.
 
-    `complete` receives the whole history so far (see `Message`) and the
-    specs of the available tools (`{"name", "description", "parameters"}`,
-    parameters as JSON Schema) and returns one `ModelOutput`.
+    `complete` receives the whole history so far (see `Message`) as a
+    read-only sequence (a snapshot made in constant time; `list(messages)`
+    gives a list of your own) and the specs of the available tools
+    (`{"name", "description", "parameters"}`, parameters as JSON Schema) and
+    returns one `ModelOutput`.
 
     A model must decide from what it is given, not from hidden state: a
     resumed run rebuilds the history from the log and must get the same
@@ -135,7 +203,10 @@ class ScriptedModel:
     async def complete(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> ModelOutput:
-        index = sum(1 for m in messages if m.get("role") == "assistant")
+        if type(messages) is HistoryView:
+            index = messages._assistant  # the same count, kept as the history grew
+        else:
+            index = sum(1 for m in messages if m.get("role") == "assistant")
         if index >= len(self.outputs):
             raise IndexError(
                 f"the script has {len(self.outputs)} outputs; step {index + 1} asked for more"
