@@ -11,6 +11,7 @@ refused (`SchemaVersionError`).
 from __future__ import annotations
 
 import datetime as _dt
+import time as _time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Union
 
@@ -27,9 +28,19 @@ FinishReason = Literal["final_answer", "max_steps", "error"]
 Outcome = Literal["executed", "not_executed"]
 
 
+_second: tuple[int, str] = (-1, "")
+
+
 def utc_now() -> str:
     """The current time as an ISO 8601 UTC string with microseconds."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    global _second
+    micros = _time.time_ns() // 1000
+    seconds, fraction = divmod(micros, 1_000_000)
+    cached = _second  # formatting the date once a second keeps four records a step cheap
+    if cached[0] != seconds:
+        stamp = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc)
+        cached = _second = (seconds, stamp.strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{cached[1]}.{fraction:06d}Z"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
