@@ -132,60 +132,80 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+class _Job:
+    __slots__ = ("fn", "fut", "loop", "landed", "waiter")
+
+    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.fn = fn
+        self.loop = loop
+        self.fut: asyncio.Future[Any] = loop.create_future()
+        self.landed = False
+        self.waiter: asyncio.Future[None] | None = None
+
+
 class _DiskWorkers:
     """Dedicated threads that run blocking disk work handed over from event loops.
 
     Cheaper than `asyncio.to_thread` per hand-off (no executor bookkeeping),
     and several threads let concurrent runs fsync in parallel so the file
-    system can commit them together.
+    system can commit them together. The task awaits the job's future
+    directly (no `asyncio.shield`, which costs a loop iteration per
+    hand-off); a cancelled task still waits for its write to land.
     """
 
     def __init__(self, max_threads: int = 16) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._max = max_threads
         self._threads = 0
         self._idle = 0
         self._lock = threading.Lock()
 
     async def run(self, fn: Callable[[], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        job = _Job(fn, asyncio.get_running_loop())
         with self._lock:
             if self._idle == 0 and self._threads < self._max:
                 self._threads += 1
+                self._idle += 1
                 threading.Thread(target=self._work, name="polyloop-disk", daemon=True).start()
-        self._queue.put((fn, fut, loop))
+        self._queue.put(job)
         try:
-            return await asyncio.shield(fut)
+            return await job.fut
         except asyncio.CancelledError:
-            # Let an in-flight write land whole before the caller unwinds
-            # (and perhaps releases the run's lock to another process).
-            with contextlib.suppress(BaseException):
-                await fut
+            # The cancellation stopped the wait, not the write: let it land
+            # whole before the caller unwinds (and perhaps releases the
+            # run's lock to another process), then re-raise.
+            while not job.landed:
+                if job.waiter is None:
+                    job.waiter = job.loop.create_future()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(job.waiter)
             raise
 
     def _work(self) -> None:
         while True:
-            with self._lock:
-                self._idle += 1
-            fn, fut, loop = self._queue.get()
+            job = self._queue.get()
             with self._lock:
                 self._idle -= 1
             try:
-                value, exc = fn(), None
+                value, exc = job.fn(), None
             except BaseException as e:  # handed to the awaiting task
                 value, exc = None, e
+            with self._lock:  # idle again before the task resumes and hands over more
+                self._idle += 1
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(_settle, fut, value, exc)
+                job.loop.call_soon_threadsafe(_settle, job, value, exc)
 
 
-def _settle(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is None:
-        fut.set_result(value)
-    else:
-        fut.set_exception(exc)
+def _settle(job: _Job, value: Any, exc: BaseException | None) -> None:
+    job.landed = True
+    fut = job.fut
+    if not fut.done():
+        if exc is None:
+            fut.set_result(value)
+        else:
+            fut.set_exception(exc)
+    if job.waiter is not None and not job.waiter.done():
+        job.waiter.set_result(None)
 
 
 _workers = _DiskWorkers()
@@ -210,6 +230,7 @@ class JsonlStore:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
+        self._prefix = os.path.join(os.fspath(self.directory), "")
         # Internal seams for fault-injection tests; not part of any public API.
         self._write: Callable[[int, bytes], None] = _write_all
         self._fsync: Callable[[int], None] = os.fsync
@@ -225,6 +246,10 @@ class JsonlStore:
         """The log file of `run_id` (raises `InvalidRunIdError` for unsafe ids)."""
         return self.directory / f"{check_run_id(run_id)}.jsonl"
 
+    def _file(self, run_id: str) -> str:
+        # `path` as a plain string: pathlib's join costs more than a step's appends.
+        return f"{self._prefix}{check_run_id(run_id)}.jsonl"
+
     def _lock_path(self, run_id: str) -> Path:
         return self.directory / f".{check_run_id(run_id)}.lock"
 
@@ -238,10 +263,10 @@ class JsonlStore:
         await self._append_durable(run_id, encode(record))
 
     async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        self._append(self.path(run_id), encode(record), run_id, sync=False)
+        self._append(self._file(run_id), encode(record), run_id, sync=False)
 
     async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        self._append(self.path(run_id), encode(record), run_id, sync=False)
+        self._append(self._file(run_id), encode(record), run_id, sync=False)
 
     async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
         await self._append_durable(run_id, encode(record))
@@ -250,10 +275,10 @@ class JsonlStore:
         await self._append_durable(run_id, encode(record))
 
     async def _append_durable(self, run_id: str, data: bytes) -> None:
-        path = self.path(run_id)
+        path = self._file(run_id)
         await _workers.run(lambda: self._append(path, data, run_id, sync=True))
 
-    def _append(self, path: Path, data: bytes, run_id: str, *, sync: bool) -> None:
+    def _append(self, path: str, data: bytes, run_id: str, *, sync: bool) -> None:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
@@ -399,8 +424,10 @@ class JsonlStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _describe_holder(fd)
-            os.close(fd)
+            try:
+                holder = await _name_holder(fd)
+            finally:
+                os.close(fd)
             raise RunActiveError(run_id, holder) from None
         try:
             with contextlib.suppress(OSError):
@@ -453,6 +480,17 @@ def _describe_holder(fd: int) -> str | None:
     with contextlib.suppress(OSError):
         text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
         return text or None
+    return None
+
+
+async def _name_holder(fd: int) -> str | None:
+    # The holder writes its name just after it takes the lock: a contender
+    # that lost a simultaneous start by microseconds waits a moment for it.
+    for _ in range(20):
+        name = _describe_holder(fd)
+        if name:
+            return name
+        await asyncio.sleep(0.005)
     return None
 
 
