@@ -13,6 +13,7 @@ the killed child and the `polyloop resume` that follows:
   process just before / after the N-th side effect of the process.
 * `POLYLOOP_SLOW=SECONDS` — tools sleep before and after their effect, the
   model before it answers (gives random kills something to land in).
+* `POLYLOOP_STARTED=PATH` — importing this module creates `PATH.<pid>`.
 * `POLYLOOP_BARRIER=PATH` — importing this module waits until PATH exists
   (lines concurrent starters up); it first creates `PATH.<pid>.ready`.
 * `POLYLOOP_BLOCK=PATH` — the `slow_read` tool waits until PATH exists,
@@ -179,6 +180,10 @@ def blocking_agent() -> Agent:
     script = [{"tool": "slow_read", "args": {"name": "b1"}}, {"final": "unblocked"}]
     return Agent(model=LedgerModel(script), tools=[slow_read], max_steps=5)
 
+
+_started = os.environ.get("POLYLOOP_STARTED")
+if _started:  # tell a watching parent that the agent is loaded and about to run
+    Path(f"{_started}.{os.getpid()}").touch()
 
 _barrier = os.environ.get("POLYLOOP_BARRIER")
 if _barrier:

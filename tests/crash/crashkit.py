@@ -128,7 +128,7 @@ class World:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         for name in ("POLYLOOP_KILL_AT", "POLYLOOP_FAULT", "POLYLOOP_SLOW", "POLYLOOP_BARRIER",
-                     "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG"):
+                     "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED"):
             self.env.pop(name, None)
         self.env.update(extra_env or {})
 
