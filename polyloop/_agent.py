@@ -21,7 +21,7 @@ from ._errors import (
     StoreError,
 )
 from ._ids import check_run_id, idempotency_key, new_run_id, result_id
-from ._model import Model, ModelOutput, _History
+from ._model import Model, ModelOutput, Usage, _History
 from ._records import FinishReason, Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
 from ._store import Store
 from ._tools import Tool, ToolContext
@@ -38,8 +38,25 @@ class TransientModelError(PolyLoopError):
     """Raised by a model for a failure worth retrying (rate limit, timeout, 5xx).
 
     The run loop records the failed attempt and issues a new, visible attempt
-    after a backoff, up to the agent's `max_attempts` per step.
+    after a backoff, up to the agent's `max_attempts` per step. The backoff is
+    at least `retry_after` seconds when the server said so (capped at
+    `MAX_RETRY_AFTER`).
+
+    Args:
+        message: what failed.
+        retry_after: seconds the server asked to wait, if it did.
+        usage: tokens the failed call still cost, if known (recorded).
     """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, usage: Usage | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.usage = usage
+
+
+MAX_RETRY_AFTER = 60.0
 
 
 class ModelCallError(PolyLoopError):
@@ -106,8 +123,8 @@ class Agent:
         tools: Iterable[Tool] = (),
         max_steps: int = 20,
         system: str | None = None,
-        max_attempts: int = 5,
-        retry_backoff: float = 0.5,
+        max_attempts: int = 6,
+        retry_backoff: float = 1.0,
     ) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
@@ -231,6 +248,12 @@ async def _store_call(write: Awaitable[None], run_id: str) -> None:
         raise StoreError(f"store failed to write run {run_id!r}: {exc}", run_id=run_id) from exc
 
 
+def _usage_json(usage: Any) -> dict[str, int] | None:
+    if not isinstance(usage, Usage):
+        return None
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+
+
 def _observation_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -324,29 +347,31 @@ class _Run:
                     raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+                spent = getattr(exc, "usage", None)
                 await _store_call(
                     self.store.write_model_call_result(
-                        self.run_id, ModelCallResult(result_id=rid, output=None, error=error)
+                        self.run_id,
+                        ModelCallResult(
+                            result_id=rid, output=None, error=error, usage=_usage_json(spent)
+                        ),
                     ),
                     self.run_id,
                 )
                 if isinstance(exc, TransientModelError) and attempt < self.agent.max_attempts:
-                    await asyncio.sleep(self.agent.retry_backoff * 2 ** (attempt - 1))
+                    backoff = self.agent.retry_backoff * 2 ** (attempt - 1)
+                    if exc.retry_after:
+                        backoff = max(backoff, min(exc.retry_after, MAX_RETRY_AFTER))
+                    await asyncio.sleep(backoff)
                     attempt += 1
                     continue
                 if attempt >= self.agent.max_attempts:
                     raise _Budget(step, attempt) from exc
                 raise ModelCallError(self.run_id, step, attempt, error) from exc
-            usage = output.usage
             await _store_call(
                 self.store.write_model_call_result(
                     self.run_id,
                     ModelCallResult(
-                        result_id=rid,
-                        output=output.to_json(),
-                        usage=None
-                        if usage is None
-                        else {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+                        result_id=rid, output=output.to_json(), usage=_usage_json(output.usage)
                     ),
                 ),
                 self.run_id,

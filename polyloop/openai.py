@@ -76,13 +76,12 @@ class MalformedResponseError(TransientModelError):
     Attributes:
         raw: the unreadable tool-call arguments (None for other problems).
         usage: the tokens the server says the unreadable answer cost, if it
-            said (the run loop does not record usage for failed attempts yet).
+            said (recorded in the failed attempt's `model_call_result`).
     """
 
     def __init__(self, message: str, *, raw: str | None = None, usage: Usage | None = None) -> None:
+        super().__init__(message, usage=usage)
         self.raw = raw
-        self.usage = usage
-        super().__init__(message)
 
 
 class OpenAIModel:
@@ -339,9 +338,9 @@ def _transient(exc: Exception, url: str) -> TransientModelError | None:
     what = "rate limited" if status == 429 else "server error" if status >= 500 else "try again"
     wait = _retry_after(exc.response.headers)
     hint = "" if wait is None else f" (retry after {wait:g}s)"
-    error = TransientModelError(f"{what} (HTTP {status}) by {url}{hint}: {_server_message(exc)}")
-    error.retry_after = wait  # type: ignore[attr-defined]
-    return error
+    return TransientModelError(
+        f"{what} (HTTP {status}) by {url}{hint}: {_server_message(exc)}", retry_after=wait
+    )
 
 
 def _server_message(exc: Any) -> str:

@@ -374,3 +374,29 @@ def test_scripted_model_validates_and_reads_files(tmp_path):
     path.write_text("{oops\n")
     with pytest.raises(ValueError, match="script.jsonl:1"):
         ScriptedModel.from_file(path)
+
+
+async def test_retry_after_and_the_usage_of_failed_attempts_are_honoured(memory, monkeypatch):
+    slept = []
+
+    async def fake_sleep(seconds):
+        slept.append(seconds)
+
+    class Limited:
+        def __init__(self):
+            self.n = 0
+
+        async def complete(self, messages, tools):
+            self.n += 1
+            if self.n == 1:
+                raise TransientModelError("429", retry_after=7.0, usage=Usage(5, 0))
+            if self.n == 2:
+                raise TransientModelError("429", retry_after=1e9)
+            return ModelOutput(text="ok")
+
+    monkeypatch.setattr("polyloop._agent.asyncio.sleep", fake_sleep)
+    agent = Agent(model=Limited(), retry_backoff=0.5)
+    assert (await agent.run("goal", run_id="r", store=memory)).text == "ok"
+    assert slept == [7.0, 60.0]  # the server's wish, capped
+    first = classify(await memory.read_log("r")).steps[0].model_calls[0]
+    assert first.result.usage == {"input_tokens": 5, "output_tokens": 0}
