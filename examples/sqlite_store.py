@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import fcntl
 import os
 import socket
@@ -82,9 +81,11 @@ from polyloop import (
     SchemaVersionError,
     StepCompleted,
     StoreError,
+    RecordError,
     check_run_id,
+    decode_record,
+    encode_record,
 )
-from polyloop.stores import parse_log
 
 T = TypeVar("T")
 
@@ -101,10 +102,7 @@ CREATE TABLE IF NOT EXISTS polyloop_records (
 
 def encode(record: Record) -> bytes:
     """One record as the JSON object the JSONL store would write (`record` key first)."""
-    doc: dict[str, Any] = {"record": record.TAG}
-    for f in dataclasses.fields(record):
-        doc[f.name] = getattr(record, f.name)
-    return orjson.dumps(doc)
+    return encode_record(record).rstrip(b"\n")
 
 
 class SqliteStore:
@@ -258,14 +256,15 @@ class SqliteStore:
         records: list[Record] = []
         problems: list[Problem] = []
         for index, (_seq, body) in enumerate(rows):
-            parsed = parse_log(bytes(body))
-            if parsed.schema_version is not None:
-                raise SchemaVersionError(run_id, parsed.schema_version)
-            if parsed.problems or len(parsed.records) != 1:
-                why = parsed.problems[0].message if parsed.problems else "not one JSON record"
-                problems.append(Problem(why, index=index))
-                continue
-            records.extend(parsed.records)
+            try:
+                records.append(decode_record(orjson.loads(body)))
+            except RecordError as exc:
+                version = getattr(exc, "version", None)  # set for an unknown major version
+                if version is not None:
+                    raise SchemaVersionError(run_id, version) from None
+                problems.append(Problem(str(exc), index=index))
+            except orjson.JSONDecodeError as exc:
+                problems.append(Problem(f"not JSON: {exc}", index=index))
         if problems:
             raise CorruptLogError(run_id, problems)
         return records

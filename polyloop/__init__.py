@@ -31,6 +31,7 @@ from ._inspect import RunReport, inspect_run, mark_resolved
 from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
+    RecordError,
     Intent,
     ModelCallResult,
     Record,
@@ -39,6 +40,8 @@ from ._records import (
     RunStarted,
     StepCompleted,
 )
+from ._records import decode as decode_record
+from ._records import encode as encode_record
 from ._store import LockingStore, Store
 from ._target import load_target, resume_run, run_target
 from ._tools import Tool, ToolContext, tool
@@ -65,6 +68,7 @@ __all__ = [
     "PolyLoopError",
     "Problem",
     "Record",
+    "RecordError",
     "Recovery",
     "Resolution",
     "ResolutionError",
@@ -93,7 +97,9 @@ __all__ = [
     "check",
     "check_run_id",
     "classify",
+    "decode_record",
     "default_directory",
+    "encode_record",
     "inspect_run",
     "load_target",
     "mark_resolved",

@@ -159,7 +159,11 @@ class UnknownSchemaError(RecordError):
 
 
 def encode(record: Record) -> bytes:
-    """One record as one JSON line, `record` key first, newline-terminated."""
+    """One record as one JSON line, `record` key first, newline-terminated.
+
+    Public as `polyloop.encode_record`: a store that keeps records elsewhere
+    than in JSONL files stores these bytes (or their JSON) as they are.
+    """
     obj: dict[str, Any] = {"record": record.TAG}
     for name in record.__slots__:  # type: ignore[union-attr]
         obj[name] = getattr(record, name)
@@ -238,7 +242,12 @@ def schema_major(version: str) -> int | None:
 
 
 def decode(obj: Any) -> Record:
-    """Turn one decoded JSON value into a record, or raise `RecordError`."""
+    """Turn one decoded JSON value into a record, or raise `RecordError`.
+
+    Public as `polyloop.decode_record`. Strict about what a record needs,
+    ignores fields it does not know, refuses an unknown major schema version
+    (`UnknownSchemaError`, a `RecordError`).
+    """
     if not isinstance(obj, dict):
         raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
     tag = obj.get("record")

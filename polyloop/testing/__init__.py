@@ -15,5 +15,15 @@ Nothing here is loaded as a pytest plugin automatically.
 
 from ._contract import PROPERTIES, ContractViolation, StoreContract, check_store, logical
 from ._memory import MemoryStore
+from .fake_openai import FakeOpenAIServer, FakeResponse
 
-__all__ = ["PROPERTIES", "ContractViolation", "MemoryStore", "StoreContract", "check_store", "logical"]
+__all__ = [
+    "PROPERTIES",
+    "ContractViolation",
+    "FakeOpenAIServer",
+    "FakeResponse",
+    "MemoryStore",
+    "StoreContract",
+    "check_store",
+    "logical",
+]
