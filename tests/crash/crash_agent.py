@@ -19,8 +19,8 @@ the killed child and the `polyloop resume` that follows:
 * `POLYLOOP_BLOCK=PATH` — the `slow_read` tool waits until PATH exists,
   after creating `PATH.running`.
 * `POLYLOOP_AT_EFFECT=N:ACTION` — right after the N-th side effect, do
-  ACTION to the world: `replace-log`, `replace-log-foreign`, `remove-log`,
-  `remount-ro` (needs a private mount namespace).
+  ACTION to the world: `replace-log`, `swap-log-foreign`, `remove-log`,
+  `chmod-ro`, `mount-ro` (needs a private mount namespace).
 """
 
 from __future__ import annotations
@@ -99,16 +99,32 @@ def _world_action(n: int) -> None:
         copy = log.with_name(log.name + ".copy")
         copy.write_bytes(log.read_bytes())
         os.replace(copy, log)
-    elif action == "replace-log-foreign":
-        copy = log.with_name(log.name + ".copy")
-        copy.write_bytes(Path(os.environ["POLYLOOP_FOREIGN_LOG"]).read_bytes())
-        os.replace(copy, log)
+    elif action == "swap-log-foreign":
+        # Someone moves the log aside and puts another run's log in its place.
+        os.rename(log, log.with_name(log.name + ".orig"))
+        log.write_bytes(Path(os.environ["POLYLOOP_FOREIGN_LOG"]).read_bytes())
+    elif action == "chmod-ro":
+        log.chmod(0o444)
+        log.parent.chmod(0o555)
     elif action == "remove-log":
         log.unlink()
-    elif action == "remount-ro":
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(log.parent)], check=True)
+    elif action == "mount-ro":
+        # Stack a read-only bind mount over the directory: files already open
+        # stay writable (as the run's lock file does), every new open fails
+        # with EROFS, as after the file system went read-only.
+        done = subprocess.run(["mount", "--bind", "-o", "ro", str(log.parent), str(log.parent)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            _world_failed(f"mount-ro failed: {done.stderr.strip()}")
     else:
-        raise ValueError(f"unknown POLYLOOP_AT_EFFECT action {action!r}")
+        _world_failed(f"unknown POLYLOOP_AT_EFFECT action {action!r}")
+
+
+def _world_failed(why: str) -> None:
+    # Not a tool failure (that would become an observation and the run go
+    # on): the test's world is broken, so the process ends loudly.
+    os.write(2, f"crash_agent: {why}\n".encode())
+    os._exit(70)
 
 
 @tool

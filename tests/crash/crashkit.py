@@ -179,10 +179,11 @@ class World:
             extra["POLYLOOP_FAULT"] = fault
         return self.child("run", self.target, RUN_ID, GOAL, str(self.dir), env=extra)
 
-    def child_resolve(self, result_id: str, executed: bool, observation: str, *, kill_at: str) -> Proc:
+    def child_resolve(self, result_id: str, executed: bool, observation: str, *,
+                      kill_at: str = "", fault: str = "") -> Proc:
         outcome = "executed" if executed else "not_executed"
         return self.child("resolve", RUN_ID, result_id, outcome, observation, str(self.dir),
-                          env={"POLYLOOP_KILL_AT": kill_at})
+                          env={"POLYLOOP_KILL_AT": kill_at, "POLYLOOP_FAULT": fault})
 
     # -- the operator, through the CLI ---------------------------------------------
 
@@ -194,7 +195,7 @@ class World:
 
     def inspect(self) -> dict[str, Any]:
         p = self.cli("inspect", RUN_ID, "--dir", str(self.dir), "--json")
-        assert p.code in (0, 1, 3), str(p)
+        assert p.code in (0, 1, 3) and p.out.strip(), str(p)
         return json.loads(p.out)
 
     def verify(self, *, strict: bool = True) -> dict[str, Any]:
