@@ -275,10 +275,40 @@ class JsonlStore:
         await self._append_durable(run_id, encode(record))
 
     async def _append_durable(self, run_id: str, data: bytes) -> None:
+        # The append is one write(2) to the page cache, done here like the
+        # appends that need no fsync; only the fsync (the disk wait) and the
+        # close go to a disk thread. Fewer GIL round trips on that thread
+        # keep many concurrent runs from queueing behind each other.
         path = self._file(run_id)
-        await _workers.run(lambda: self._append(path, data, run_id, sync=True))
+        fd, size = self._open(path, run_id)
+        handed_over = False
+
+        def sync_and_close() -> None:
+            nonlocal handed_over
+            handed_over = True
+            try:
+                self._sync(fd, size, path, run_id)
+            finally:
+                os.close(fd)
+
+        try:
+            self._write_or_undo(fd, size, data, path, run_id)
+            await _workers.run(sync_and_close)
+        finally:
+            if not handed_over:  # the write failed, or no disk thread took the job
+                os.close(fd)
 
     def _append(self, path: str, data: bytes, run_id: str, *, sync: bool) -> None:
+        fd, size = self._open(path, run_id)
+        try:
+            self._write_or_undo(fd, size, data, path, run_id)
+            if sync:
+                self._sync(fd, size, path, run_id)
+        finally:
+            os.close(fd)
+
+    def _open(self, path: str, run_id: str) -> tuple[int, int]:
+        """Open the log for one append; return the descriptor and the size before it."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
@@ -287,25 +317,37 @@ class JsonlStore:
             raise StoreError(f"cannot open {path}: {exc.strerror}", run_id=run_id) from exc
         try:
             stat = os.fstat(fd)
-            size = stat.st_size
             expected = self._inodes.get(run_id)
             if expected is not None and stat.st_ino != expected:
                 raise StoreError(
                     f"log of run {run_id!r} was replaced under the run: {path} is another file now",
                     run_id=run_id,
                 )
-            try:
-                self._write(fd, data)
-                if sync:
-                    self._fsync(fd)
-            except OSError as exc:
-                # Take a partial append back so the log keeps a clean end;
-                # if even that fails, readers drop it as a torn tail.
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, size)
-                raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd, stat.st_size
+
+    def _write_or_undo(self, fd: int, size: int, data: bytes, path: str, run_id: str) -> None:
+        try:
+            self._write(fd, data)
+        except OSError as exc:
+            self._undo(fd, size)
+            raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
+
+    def _sync(self, fd: int, size: int, path: str, run_id: str) -> None:
+        try:
+            self._fsync(fd)
+        except OSError as exc:
+            self._undo(fd, size)
+            raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
+
+    @staticmethod
+    def _undo(fd: int, size: int) -> None:
+        # Take a partial or unsynced append back so the log keeps a clean
+        # end; if even that fails, readers drop it as a torn tail.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
 
     def _create(self, path: Path, data: bytes, run_id: str) -> None:
         # Write the first record to a private file, make it durable, then
