@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -87,6 +88,11 @@ def _located(problem: Problem, lines: list[int]) -> tuple[int | None, str]:
     return problem.line, problem.message
 
 
+def _ignore_sigint() -> None:
+    # A worker interrupted mid-task leaves the pool waiting for it forever.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _verify_many(paths: list[str]) -> list[FileVerdict]:
     return [verify_file(p) for p in paths]
 
@@ -138,9 +144,16 @@ def verify_logs(
     else:
         size = max(16, min(256, total // (workers * 8) or 1))
         chunks = [paths[i : i + size] for i in range(0, total, size)]
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+        try:
             for batch in pool.map(_verify_many, chunks):
                 verdicts.extend(batch)
                 if progress:
                     progress(len(verdicts), total)
+        except BaseException:
+            # Ctrl-C reaches the whole process group; only this process acts on
+            # it (the workers ignore SIGINT), dropping the work not yet started.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
