@@ -405,8 +405,8 @@ def check(
     views = tuple(
         StepView(
             step=s.step,
-            model_calls=tuple(executions[n] for n in s.model_calls),
-            actions=tuple(executions[n] for n in s.actions),
+            model_calls=tuple([executions[n] for n in s.model_calls]),
+            actions=tuple([executions[n] for n in s.actions]),
             output=s.output,
             completed=s.completed,
         )

@@ -79,47 +79,38 @@ def parse_log(data: bytes) -> ParsedLog:
     """
     out = ParsedLog()
     loads = orjson.loads
-    offset = 0
-    number = 0
-    first_bad: int | None = None
-    first_bad_offset = 0
-    length = len(data)
-    while offset < length:
-        end = data.find(b"\n", offset)
-        complete = end != -1
-        if not complete:
-            end = length
-        number += 1
-        line = data[offset:end]
-        line_offset = offset
-        offset = end + 1
-        if not line.strip():
-            continue
+    JSONDecodeError = orjson.JSONDecodeError
+    records, numbers, problems = out.records, out.lines, out.problems
+    lines = data.split(b"\n")
+    first_bad: int | None = None  # index into lines
+    for index, line in enumerate(lines):
         try:
             obj = loads(line)
-        except orjson.JSONDecodeError:
-            if first_bad is None:
-                first_bad, first_bad_offset = number, line_offset
+        except JSONDecodeError:
+            if first_bad is None and line.strip():  # blank lines are skipped
+                first_bad = index
             continue
         if first_bad is not None:
-            out.problems.append(
-                Problem(f"line {first_bad} does not decode but a later line does", line=number)
+            problems.append(
+                Problem(f"line {first_bad + 1} does not decode but a later line does", line=index + 1)
             )
             continue
         try:
             record = decode(obj)
         except UnknownSchemaError as exc:
             out.schema_version = exc.version
-            out.problems.append(Problem(str(exc), line=number))
+            problems.append(Problem(str(exc), line=index + 1))
             continue
         except RecordError as exc:
-            out.problems.append(Problem(str(exc), line=number))
+            problems.append(Problem(str(exc), line=index + 1))
             continue
-        out.records.append(record)
-        out.lines.append(number)
-        out.ends_without_newline = not complete
-    if first_bad is not None and not out.problems:
-        out.torn_line, out.torn_offset = first_bad, first_bad_offset
+        records.append(record)
+        numbers.append(index + 1)
+    # Only the last piece of the split lacks a newline after it.
+    out.ends_without_newline = bool(numbers) and numbers[-1] == len(lines)
+    if first_bad is not None and not problems:
+        out.torn_line = first_bad + 1
+        out.torn_offset = sum(map(len, lines[:first_bad])) + first_bad
         out.ends_without_newline = False
     return out
 
