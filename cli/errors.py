@@ -110,15 +110,10 @@ def set_debug(on: bool) -> None:
     _debug = on or os.environ.get("POLYLOOP_DEBUG", "") not in ("", "0")
 
 
-def debug() -> bool:
-    return _debug
-
-
 @dataclass(slots=True)
 class Scope:
     """What a command knows so far, so a failure can say what to do next."""
 
-    command: str
     json: bool = False
     directory: str | None = None
     run_id: str | None = None
@@ -144,10 +139,9 @@ def failures(scope: Scope) -> Iterator[Scope]:
 
 
 def usage_failure(exc: ClickException, *, json: bool) -> int:
-    """Render a usage error from the argument parser; return its exit code."""
+    """Render an error of the argument parser; return its exit code (always 2)."""
     render.usage_error(exc, json=json)
-    code = getattr(exc, "exit_code", USAGE)
-    return code if isinstance(code, int) and code else USAGE
+    return USAGE
 
 
 def stream_safe() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import typer
 
-from polyloop import inspect_run
+from polyloop import JsonlStore, inspect_run
 
 from . import options, render
 from .errors import Scope, failures
@@ -34,8 +34,8 @@ def command(run_id: RunId, directory: options.Directory = None, json: options.Js
       polyloop inspect demo --json | jq -r .status
     """
     where = options.directory(directory)
-    with failures(Scope("inspect", json=json, directory=where, run_id=run_id)):
-        report = asyncio.run(inspect_run(options.store(directory), run_id))
+    with failures(Scope(json=json, directory=where, run_id=run_id)):
+        report = asyncio.run(inspect_run(JsonlStore(where), run_id))
         if json:
             render.print_json(report.to_json())
         else:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import mark_resolved
+from polyloop import JsonlStore, mark_resolved
 
 from . import options, render
 from .errors import BadInput, Scope, failures
@@ -72,7 +72,7 @@ def command(
       polyloop mark-resolved demo s2-a1 --not-executed --reason "no notes.txt"
     """
     where = options.directory(directory)
-    with failures(Scope("mark-resolved", directory=where, run_id=run_id)):
+    with failures(Scope(directory=where, run_id=run_id)):
         if executed and not_executed:
             raise BadInput("pass --executed or --not-executed, not both")
         if not executed and not not_executed:
@@ -86,7 +86,7 @@ def command(
         text = _read(observation_file) if observation_file is not None else observation
         recovery = asyncio.run(
             mark_resolved(
-                options.store(directory),
+                JsonlStore(where),
                 run_id,
                 result_id,
                 executed=executed,

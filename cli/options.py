@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import JsonlStore, default_directory
+from polyloop import default_directory
 
 from .errors import BadInput
 
@@ -29,10 +29,6 @@ Json = Annotated[
 def directory(given: str | None) -> str:
     """The run directory: `--dir`, else `$POLYLOOP_DIR`, else `./runs`."""
     return given if given else default_directory()
-
-
-def store(given: str | None) -> JsonlStore:
-    return JsonlStore(directory(given))
 
 
 def utf8(value: str | None, flag: str) -> str | None:

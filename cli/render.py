@@ -16,10 +16,10 @@ import shlex
 import sys
 import traceback
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -36,9 +36,13 @@ from polyloop import (
     default_directory,
 )
 
+if TYPE_CHECKING:
+    from .errors import Scope
+
 # Control (Cc), format (Cf: bidi overrides, zero-width joiners), surrogates
 # (Cs: unprintable) and line/paragraph separators (Zl, Zp).
 _UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 CLIP = 160
 SHOWN_PROBLEMS = 5  # per log in a human rendering; --json lists every one
 
@@ -51,14 +55,14 @@ def safe_text(value: object, *, one_line: bool = False) -> str:
     `one_line` asks for them as `\\n` and `\\t` too.
     """
     text = value if isinstance(value, str) else str(value)
-    if text.isprintable() and (not one_line or "\t" not in text):
+    if text.isprintable():
         return text  # fast path: isprintable() is False for every unsafe category
     parts = []
     for ch in text:
-        if ch in "\n\t":
-            parts.append(("\\n" if ch == "\n" else "\\t") if one_line else ch)
-        elif ch == "\r":
-            parts.append("\\r")
+        if ch in "\n\t" and not one_line:
+            parts.append(ch)
+        elif ch in _NAMED:
+            parts.append(_NAMED[ch])
         elif unicodedata.category(ch) in _UNSAFE:
             code = ord(ch)
             if code <= 0xFF:
@@ -166,12 +170,13 @@ def _settle_block(console: Console, run_id: str, blocking: Sequence[Execution], 
 # -- failures ----------------------------------------------------------------
 
 
-def _error_doc(exc: BaseException, code: int, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"type": type(exc).__name__, "message": message, "exit_code": code, **extra}}
+def _error_doc(kind: str, code: int, message: str) -> dict[str, Any]:
+    """The --json form of a failure (the message is exact: JSON escaping makes it safe)."""
+    return {"error": {"type": kind, "message": message, "exit_code": code}}
 
 
 def failure(
-    exc: BaseException, code: int, scope: Any, *, kind: str, show_traceback: bool
+    exc: BaseException, code: int, scope: Scope, *, kind: str, show_traceback: bool
 ) -> None:
     """Report a failed command: one line on stderr, and a JSON error too in --json mode.
 
@@ -194,7 +199,7 @@ def failure(
     else:
         message = str(exc)
     if scope.json:
-        print_json(_error_doc(exc, code, safe_text(message, one_line=True)))
+        print_json(_error_doc(type(exc).__name__, code, message))
     if isinstance(exc, NeedsOperatorError):
         needs_operator(exc.run_id, exc.executions, scope.directory)
         return
@@ -221,9 +226,7 @@ def usage_error(exc: Any, *, json: bool) -> None:
     message = exc.format_message()
     hint = f" (see `{path} --help`)" if ctx is not None else ""
     if json:
-        print_json(
-            {"error": {"type": "UsageError", "message": safe_text(message, one_line=True), "exit_code": 2}}
-        )
+        print_json(_error_doc("UsageError", 2, message))
     _line(err(), (f"{path}: error: ", "bold red"), clip(message, 10_000), hint)
 
 
@@ -239,7 +242,7 @@ def resume_begins(report: RunReport) -> None:
     _line(err(), ("resuming ", "bold"), report.run_id, f": {report.next}")
 
 
-def run_result(result: RunResult, directory: str | None, *, already: bool = False) -> None:
+def run_result(result: RunResult, *, already: bool = False) -> None:
     """How a run ended: the final answer on stdout; an error on stderr."""
     verb = "had already finished" if already else "finished"
     steps = f"{result.steps} step" + ("" if result.steps == 1 else "s")

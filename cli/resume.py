@@ -35,9 +35,9 @@ def command(run_id: RunId, directory: options.Directory = None) -> None:
       polyloop resume demo
     """
     where = options.directory(directory)
-    with failures(Scope("resume", directory=where, run_id=run_id)):
-        result, already = asyncio.run(_resume(options.store(directory), run_id))
-        render.run_result(result, where, already=already)
+    with failures(Scope(directory=where, run_id=run_id)):
+        result, already = asyncio.run(_resume(JsonlStore(where), run_id))
+        render.run_result(result, already=already)
     raise typer.Exit(result_code(result.reason))
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import RunExistsError, check_run_id, load_target, new_run_id, run_target
+from polyloop import JsonlStore, RunExistsError, check_run_id, load_target, new_run_id, run_target
 
 from . import options, render
 from .errors import BadInput, Scope, failures, result_code
@@ -60,8 +60,8 @@ def command(
       polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
     """
     where = options.directory(directory)
-    with failures(Scope("run", directory=where)) as scope:
-        store = options.store(directory)
+    with failures(Scope(directory=where)) as scope:
+        store = JsonlStore(where)
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")
         options.utf8(goal, "--goal")
@@ -75,5 +75,5 @@ def command(
         result = asyncio.run(
             run_target(target, goal=goal, store=store, run_id=rid, max_steps=max_steps)
         )
-        render.run_result(result, where)
+        render.run_result(result)
     raise typer.Exit(result_code(result.reason))

@@ -42,7 +42,7 @@ def command(
     Example:
       polyloop verify runs/ --json > verify.json
     """
-    with failures(Scope("verify", json=json, directory=directory)):
+    with failures(Scope(json=json, directory=directory)):
         show = not json and sys.stderr.isatty()
         try:
             with render.verify_progress(show) as progress:

@@ -39,7 +39,7 @@ def test_every_exit_code_and_mapped_error_is_documented():
     page = (DOCS / "exit-codes.md").read_text(encoding="utf-8")
     for code in (0, 1, 2, 3, 130):
         assert f"| `{code}` |" in page
-    for kind, code in errors._CODES:
+    for kind, _code in errors._CODES:
         if kind.__module__.startswith(("polyloop", "builtins", "asyncio")) and kind.__name__ != "BadInput":
             assert kind.__name__ in page, kind.__name__
 

@@ -7,7 +7,6 @@ import re
 
 import pytest
 from cli_helpers import Cli, one_line_error, target
-
 from polyloop_cli.render import safe_text
 
 # Anything that could drive a terminal: C0/C1 controls and bidi/format characters.

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 from cli_helpers import target
+from polyloop_cli import errors, inspect_cmd
+from polyloop_cli.main import app
 from typer.testing import CliRunner
 
 import polyloop
-from polyloop_cli import errors, inspect_cmd
-from polyloop_cli.main import app
 
 runner = CliRunner()
 
