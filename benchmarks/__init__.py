@@ -1,0 +1,1 @@
+"""PolyLoop's benchmarks: run them with `python benchmarks/run.py` (see docs/performance.md)."""

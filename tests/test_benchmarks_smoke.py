@@ -1,0 +1,57 @@
+"""The benchmarks run (`python benchmarks/run.py --quick`) and print their table.
+
+These check that every benchmark still runs against the library as it is,
+never the figures: the machine is shared, and timing assertions would flake.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "benchmarks" / "run.py"
+PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
+
+
+def _run(*args: str, tmp_path: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--dir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env={**os.environ, "POLYLOOP_PEERS_PYTHON": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_quick_run_prints_every_figure_and_the_targets(tmp_path):
+    # The peers are asked of this Python, which never has them: that figure
+    # must skip with a clear message instead of failing.
+    out = _run("--peers-python", sys.executable, tmp_path=tmp_path)
+    for title in (
+        "### 1. One step against the physical floor",
+        "### 1b. Where a step's time goes",
+        "### 2. Growth with history",
+        "### 3. The peers on the same work",
+        "### 4. Read side",
+        "### 5. Many runs at once",
+        "### Targets",
+    ):
+        assert title in out, out
+    assert "Skipped: the peers are not installed" in out
+    assert "| 10 |" in out  # a history-length row of figure 1
+    assert "not judged (--quick)" in out
+    assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
+
+
+@pytest.mark.skipif(not PEERS_PYTHON.exists(), reason="no .venv-peers (see docs/performance.md)")
+def test_quick_peers_run_when_installed(tmp_path):
+    out = _run("--only", "peers", "--peers-python", str(PEERS_PYTHON), tmp_path=tmp_path)
+    assert "LangGraph (SqliteSaver, sync)" in out and "DBOS (SQLite)" in out, out
