@@ -7,15 +7,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import (
-    CorruptLogError,
-    JsonlStore,
-    NeedsOperatorError,
-    RunActiveError,
-    RunResult,
-    inspect_run,
-    resume_run,
-)
+from polyloop import CorruptLogError, JsonlStore, RunActiveError, RunResult, inspect_run, resume_run
 
 from . import options, render
 from .errors import Scope, failures, result_code
@@ -55,10 +47,8 @@ async def _resume(store: JsonlStore, run_id: str) -> tuple[RunResult, bool]:
         raise CorruptLogError(run_id, report.problems)
     if report.status == "active":
         raise RunActiveError(run_id, report.holder)
-    if report.status == "needs_operator" and report.recovery is not None:
-        # What resume_run would raise, without importing the target or taking the lock.
-        raise NeedsOperatorError(run_id, report.recovery.blocking)
     if report.status == "finished":
         return await resume_run(run_id, store=store), True
-    render.resume_begins(report)
+    if report.status != "needs_operator":
+        render.resume_begins(report)
     return await resume_run(run_id, store=store), False

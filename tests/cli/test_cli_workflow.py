@@ -119,13 +119,3 @@ def test_a_store_that_cannot_read_exits_1(cli):
     done = cli("resume", "dir")
     assert done.code == 1
     assert "is a directory" in one_line_error(done)
-
-
-def test_resume_that_needs_an_operator_leaves_the_log_alone(cli, crashed_mailer):
-    crashed_mailer("torn")
-    with cli.log("torn").open("ab") as f:
-        f.write(b'{"record":"st')  # a torn tail after the crash
-    before = tree_digest(cli.runs)
-    done = cli("resume", "torn")
-    assert done.code == 3
-    assert tree_digest(cli.runs) == before
