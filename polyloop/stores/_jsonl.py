@@ -455,13 +455,10 @@ class JsonlStore:
         except OSError as exc:
             raise StoreError(f"cannot create the lock {path}: {exc.strerror}", run_id=run_id) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                holder = await _name_holder(fd)
-            finally:
-                os.close(fd)
-            raise RunActiveError(run_id, holder) from None
+            await _take(fd, run_id)
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
@@ -516,15 +513,23 @@ def _describe_holder(fd: int) -> str | None:
     return None
 
 
-async def _name_holder(fd: int) -> str | None:
-    # The holder writes its name just after it takes the lock: a contender
-    # that lost a simultaneous start by microseconds waits a moment for it.
+async def _take(fd: int, run_id: str) -> None:
+    """Take the run's flock, or raise `RunActiveError` naming the live holder."""
+    # A holder writes its name just after taking the lock and clears it just
+    # before letting go: while the lock is held but unnamed (a simultaneous
+    # start, or a holder finishing), look again for a moment rather than
+    # answer "another process" or refuse a run that is about to be free.
+    name = None
     for _ in range(20):
-        name = _describe_holder(fd)
-        if name:
-            return name
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            name = _describe_holder(fd)
+            if name:
+                break
         await asyncio.sleep(0.005)
-    return None
+    raise RunActiveError(run_id, name)
 
 
 def _records_or_raise(run_id: str, parsed: ParsedLog) -> list[Record]:
