@@ -302,6 +302,11 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
     elif cls is ModelCallResult:
         if (v["output"] is None) == (v.get("error") is None):
             raise RecordError("model_call_result has exactly one of output and error")
+        usage = v.get("usage")
+        if usage is not None:
+            for key in ("input_tokens", "output_tokens"):
+                if key in usage and type(usage[key]) is not int:
+                    raise RecordError(f"model_call_result.usage.{key} must be an integer")
         out = v["output"]
         if out is not None:
             text, call = out.get("text"), out.get("tool_call")
