@@ -194,16 +194,26 @@ def test_a_crashed_run_in_a_read_only_directory_is_readable_and_resumes_once_wri
     before = w.log_path.read_bytes()
     rid = golden.effects[n - 1]["result_id"]
 
+    # Reading needs no writes: inspect and verify work on the read-only directory.
     p = _read_only(w, [*ck.CLI, "inspect", ck.RUN_ID, "--dir", str(w.dir), "--json"])
     assert p.code == 0 and '"needs_operator"' in p.out, str(p)
     p = _read_only(w, [*ck.CLI, "verify", str(w.dir), "--strict"])
     assert p.code == 0, str(p)
-    for args in (["resume", ck.RUN_ID], ["mark-resolved", ck.RUN_ID, rid, "--not-executed"]):
-        p = _read_only(w, [*ck.CLI, *args, "--dir", str(w.dir)])
-        assert p.code == 1 and REFUSED[MODE] in p.err, str(p)
+    # Resume may say an operator is needed (nothing to write for that) or
+    # that it cannot take the run's lock; either way it names the cause.
+    p = _read_only(w, [*ck.CLI, "resume", ck.RUN_ID, "--dir", str(w.dir)])
+    assert (p.code == 3 and rid in p.err) or (p.code == 1 and REFUSED[MODE] in p.err), str(p)
+    # Writing is refused with the cause named, and nothing changes.
+    p = _read_only(w, [*ck.CLI, "mark-resolved", ck.RUN_ID, rid, "--not-executed", "--dir", str(w.dir)])
+    assert p.code == 1 and REFUSED[MODE] in p.err, str(p)
     assert w.log_path.read_bytes() == before
+    w.settle()  # writable: the operator settles it
+    settled = w.log_path.read_bytes()
+    p = _read_only(w, [*ck.CLI, "resume", ck.RUN_ID, "--dir", str(w.dir)])
+    assert p.code == 1 and REFUSED[MODE] in p.err, str(p)
+    assert w.log_path.read_bytes() == settled
 
-    w.recover()
+    assert w.recover() == ["resume:0"]
     ck.audit(golden, w, ck.expect(golden, f"after:effect:{n}"))
     assert w.tracebacks() == 0
     reliability.add("kills")
