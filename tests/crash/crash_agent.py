@@ -18,13 +18,15 @@ the killed child and the `polyloop resume` that follows:
   (lines concurrent starters up); it first creates `PATH.<pid>.ready`.
 * `POLYLOOP_BLOCK=PATH` — the `slow_read` tool waits until PATH exists,
   after creating `PATH.running`.
+* `POLYLOOP_BIG=N` — every observation is padded with N dots.
 * `POLYLOOP_AT_EFFECT=N:ACTION` — right after the N-th side effect, do
   ACTION to the world: `replace-log`, `swap-log-foreign`, `remove-log`,
-  `chmod-ro`, `mount-ro` (needs a private mount namespace).
+  `chmod-ro`, `fill-disk`, `mount-ro` (needs a private mount namespace).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -65,6 +67,7 @@ def _pause() -> None:
 
 def _side_effect(name: str, args: dict[str, Any], ctx: ToolContext, observation: str) -> str:
     global _effects_done
+    observation += "." * int(os.environ.get("POLYLOOP_BIG") or 0)
     n = _effects_done + 1
     _pause()
     _kill_if(f"before:effect:{n}")
@@ -108,6 +111,19 @@ def _world_action(n: int) -> None:
         log.parent.chmod(0o555)
     elif action == "remove-log":
         log.unlink()
+    elif action == "fill-disk":
+        # Fill the file system of the log to the last byte (a real ENOSPC).
+        fd = os.open(log.parent / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for size in (1 << 16, 1 << 12, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+        finally:
+            os.close(fd)
     elif action == "mount-ro":
         # Stack a read-only bind mount over the directory: files already open
         # stay writable (as the run's lock file does), every new open fails

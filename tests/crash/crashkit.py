@@ -128,7 +128,8 @@ class World:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         for name in ("POLYLOOP_KILL_AT", "POLYLOOP_FAULT", "POLYLOOP_SLOW", "POLYLOOP_BARRIER",
-                     "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED"):
+                     "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED",
+                     "POLYLOOP_BIG", "POLYLOOP_FOREIGN_LOG"):
             self.env.pop(name, None)
         self.env.update(extra_env or {})
 
@@ -302,9 +303,9 @@ class Golden:
         return points
 
 
-def golden_run(root: Path, agent: str = "agent") -> Golden:
+def golden_run(root: Path, agent: str = "agent", *, extra_env: dict[str, str] | None = None) -> Golden:
     """Run the agent once without interruption, in a child process, and read back the truth."""
-    w = World(root, agent)
+    w = World(root, agent, extra_env=extra_env)
     p = w.child_run()
     assert p.code == 0, str(p)
     records = w.records()

@@ -8,18 +8,22 @@ would. A write that failed is, for recovery, the same as a kill just before
 it — which is what the audit checks.
 
 Full disk and failing fsync use the store's fault-injection seams (`_write`,
-`_fsync`): half the record's bytes land, then ENOSPC; or the whole record
-lands and fsync fails with EIO. The read-only directory is real: a
-read-only bind mount in a private user+mount namespace (`unshare -rm`), or
-file modes when the tests do not run as root.
+`_fsync`) at every kind of write: half the record's bytes land, then ENOSPC;
+or the whole record lands and fsync fails with EIO. A real full disk (a
+small tmpfs filled to the last byte, see `full_disk.py`) and a real
+read-only directory (a read-only bind mount) come from a private user+mount
+namespace (`unshare -rm`); without one, the read-only tests fall back to
+file modes when not running as root.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
+import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -302,3 +306,18 @@ def test_a_log_removed_under_the_run_stops_it(golden, tmp_path, reliability):
     assert w.tracebacks() == 0
     reliability.add("storage.faults_injected")
     reliability.add("processes", len(w.procs))
+
+
+@pytest.mark.skipif(MODE != "namespace", reason="a real full disk needs `unshare -rm` (a small private tmpfs)")
+def test_a_really_full_disk_cuts_a_write_short_and_the_run_stops_cleanly(tmp_path, reliability):
+    # The seam-based ENOSPC above, for real: a tmpfs filled to the last byte
+    # by the tool, a step record the kernel writes only partly, then ENOSPC.
+    done = subprocess.run(["unshare", "-rm", sys.executable, str(ck.HERE / "full_disk.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines else {"ok": False, "error": done.stderr}
+    assert done.returncode == 0 and result["ok"], result.get("error")
+    assert result["tracebacks"] == 0
+    reliability.add("runs_recovered")
+    reliability.add("storage.faults_injected")
+    reliability.add("processes", result["processes"])
