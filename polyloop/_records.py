@@ -254,15 +254,13 @@ def decode(obj: Any) -> Record:
     cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
         raise RecordError(f"unknown record kind {tag!r}")
-    spec = _SPEC[cls]
-    optional = _OPTIONAL[cls]
     kwargs: dict[str, Any] = {}
-    for name, (types, nullable) in spec.items():
-        if name not in obj:
-            if name in optional:
+    for name, types, nullable, optional in _FIELDS[cls]:
+        value = obj.get(name, _MISSING)
+        if value is _MISSING:
+            if optional:
                 continue
             raise RecordError(f"{tag} record lacks field {name!r}")
-        value = obj[name]
         if value is None:
             if not nullable:
                 raise RecordError(f"{tag}.{name} must not be null")
@@ -271,6 +269,15 @@ def decode(obj: Any) -> Record:
         kwargs[name] = value
     _check_values(cls, kwargs)
     return cls(**kwargs)
+
+
+_MISSING = object()
+# _SPEC and _OPTIONAL flattened for decode's loop (one tuple per field, read
+# once per record): (name, accepted types, nullable, optional).
+_FIELDS: dict[type, tuple[tuple[str, tuple[type, ...], bool, bool], ...]] = {
+    cls: tuple((name, types, nullable, name in _OPTIONAL[cls]) for name, (types, nullable) in spec.items())
+    for cls, spec in _SPEC.items()
+}
 
 
 def _check_values(cls: type, v: dict[str, Any]) -> None:
