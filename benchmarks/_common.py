@@ -126,6 +126,15 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(data) if data else float("nan")
 
 
+def spread(values: Iterable[float]) -> str:
+    """The 10th-90th percentile range, to show how noisy a sample was."""
+    data = sorted(values)
+    if not data:
+        return "?"
+    lo, hi = data[len(data) // 10], data[min(len(data) - 1, len(data) * 9 // 10)]
+    return f"{us(lo)}–{us(hi)}"
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.0f} µs" if seconds < 0.01 else f"{seconds * 1e3:,.1f} ms"
 
@@ -215,8 +224,13 @@ def machine() -> dict[str, str]:
                     break
     except OSError:
         pass
+    try:
+        load = f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = "?"
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load": load,
         "cpus": str(os.cpu_count()),
         "cpu": cpu,
         "memory": mem,

@@ -87,9 +87,8 @@ def render(sections: list[Section], info: dict[str, str], command: str, elapsed:
         f"Command: `{command}` — {elapsed:.0f} s in all, on {info['date']}.",
         "",
         f"Machine: {info['cpus']} CPUs ({info['cpu']}), {info['memory']} memory, "
-        f"{info['filesystem']}, Linux {info['kernel']}, Python {info['python']}, orjson {info['orjson']}"
-        + (f"; peers: {info['peers']}" if info.get("peers") else "")
-        + ".",
+        f"{info['filesystem']}, Linux {info['kernel']}, Python {info['python']}, orjson {info['orjson']}; "
+        f"load average {info.get('load', '?')} when the run started (the machine is shared).",
         "",
     ]
     for s in sections:
