@@ -69,11 +69,11 @@ def command(
             raise BadInput("a new run needs a goal: pass --goal TEXT")
         if store.exists(rid):
             raise RunExistsError(rid)
-        load_target(target)  # fail on a bad target before announcing a run id
+        agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
         render.run_begins(rid, store.path(rid))
         result = asyncio.run(
-            run_target(target, goal=goal, store=store, run_id=rid, max_steps=max_steps)
+            run_target(target, goal=goal, store=store, run_id=rid, max_steps=max_steps, agent=agent)
         )
         render.run_result(result)
     raise typer.Exit(result_code(result.reason))

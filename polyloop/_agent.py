@@ -203,6 +203,8 @@ class Agent:
 
             store = JsonlStore(default_directory())
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
+        if new and await _read_or_none(store, run_id) is not None:
+            raise RunExistsError(run_id)  # before the lock, which would trim a torn tail
         lock = getattr(store, "lock", None)
         held = lock(run_id) if callable(lock) else contextlib.nullcontext()
         async with held:

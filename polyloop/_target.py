@@ -96,15 +96,26 @@ async def run_target(
     store: Store,
     run_id: str | None = None,
     max_steps: int | None = None,
+    agent: Agent | None = None,
 ) -> RunResult:
     """Start a new run of the agent at `target`, recording the target for resume.
+
+    Args:
+        target: `path/to/file.py:name` or `module.path:name`.
+        goal: what the run is for.
+        store: where the log goes.
+        run_id: a safe file name; generated when omitted.
+        max_steps: the step budget (default: the agent's).
+        agent: the agent `load_target(target)` already returned, so a factory
+            target is not called twice.
 
     Raises:
         RunExistsError: the run id already has a log (use `resume_run`).
         TargetError: the target cannot be loaded.
         and everything `Agent.run` raises.
     """
-    agent = load_target(target)
+    if agent is None:
+        agent = load_target(target)
     return await agent.run(
         goal,
         run_id=run_id,

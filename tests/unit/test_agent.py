@@ -400,3 +400,13 @@ async def test_retry_after_and_the_usage_of_failed_attempts_are_honoured(memory,
     assert slept == [7.0, 60.0]  # the server's wish, capped
     first = classify(await memory.read_log("r")).steps[0].model_calls[0]
     assert first.result.usage == {"input_tokens": 5, "output_tokens": 0}
+
+
+async def test_refusing_a_new_run_leaves_an_existing_log_untouched(store):
+    agent, _, _ = make(SCRIPT)
+    await agent.run("goal", run_id="r", store=store, max_steps=1)
+    store.path("r").write_bytes(store.path("r").read_bytes() + b'{"record":"inte')  # a torn tail
+    before = store.path("r").read_bytes()
+    with pytest.raises(RunExistsError):
+        await agent.run("goal", run_id="r", store=store, new=True)
+    assert store.path("r").read_bytes() == before
