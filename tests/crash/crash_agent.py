@@ -59,10 +59,10 @@ def _kill_if(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _pause() -> None:
+def _pause(times: float = 1) -> None:
     slow = float(os.environ.get("POLYLOOP_SLOW") or 0)
     if slow:
-        time.sleep(slow)
+        time.sleep(slow * times)
 
 
 def _side_effect(name: str, args: dict[str, Any], ctx: ToolContext, observation: str) -> str:
@@ -86,7 +86,8 @@ def _side_effect(name: str, args: dict[str, Any], ctx: ToolContext, observation:
     _effects_done = n
     _kill_if(f"after:effect:{n}")
     _world_action(n)
-    _pause()
+    # Linger longest where a crash hurts most: the effect is done, its record not yet written.
+    _pause(3)
     return observation
 
 

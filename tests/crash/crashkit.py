@@ -464,6 +464,9 @@ def audit(golden: Golden, w: World, expected: Expected | None = None) -> Verdict
             landed = any(e["result_id"] == r.result_id for e in effects)
             assert landed == (r.outcome == "executed"), f"resolution contradicts the world: {r}"
 
+    assert duplicates == 0, f"{duplicates} `never` side effects repeated: {effects}"
+    assert lost == 0, f"{lost} executions happened without a trace in the log: {effects} {ledger}"
+
     # Equal to the uninterrupted run once the extra attempts are taken out.
     normal, extras = normalise(records)
     assert normal == golden.logical, _diff(normal, golden.logical)
@@ -482,8 +485,6 @@ def audit(golden: Golden, w: World, expected: Expected | None = None) -> Verdict
         for e in effects:
             if e["tool"] not in never:
                 assert e["result_id"] in intents, e
-    assert duplicates == 0, f"{duplicates} `never` side effects repeated: {effects}"
-    assert lost == 0, f"{lost} executions happened without a trace in the log"
     return Verdict(duplicates, lost)
 
 
