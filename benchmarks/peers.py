@@ -247,7 +247,7 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
         section.skipped = INSTALL
         return [section]
     sizes = (10, 50) if quick else (10, 100, 1_000)
-    reps = {10: 2, 50: 1} if quick else {10: 15, 100: 5, 1_000: 1}
+    reps = {10: 2, 50: 1} if quick else {10: 15, 100: 5, 1_000: 3}
     directory = os.path.join(workdir, f"peers-{uuid.uuid4().hex[:8]}")
     os.makedirs(directory)
     systems: list[Any] = [_PolyLoop(directory)] + [cls(directory) for cls in peer_classes]

@@ -135,7 +135,7 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
 
     steps = 150 if quick else 10_000
     reps = 1 if quick else 3
-    width = 10 if quick else 20
+    width = 10 if quick else 40
     lengths = [n for n in HISTORY_LENGTHS if n <= steps]
     windows = {n: window(n, steps, width) for n in lengths}
     first, last = range(1, 11), range(steps - 9, steps + 1)
