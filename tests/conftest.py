@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 from collections import Counter
 
@@ -51,6 +52,8 @@ class Reliability:
             "kill_points": sorted(self.kill_points),
             "tests": sorted(self.tests),
             "counts": dict(sorted(self.counts.items())),
+            "platform": f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+            f"{os.cpu_count()} CPUs",
         }
 
 

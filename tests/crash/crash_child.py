@@ -43,7 +43,6 @@ from polyloop import (
     mark_resolved,
     run_target,
 )
-from polyloop.stores import _jsonl
 
 KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
 FAULT = os.environ.get("POLYLOOP_FAULT", "")

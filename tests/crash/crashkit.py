@@ -40,7 +40,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,7 @@ RUN_ID = "crash-run"
 GOAL = "prove the crash story"
 PYTHON = sys.executable
 
-# The command line under test. Overridable only to point at another
-# installation of the same CLI (e.g. a wheel in CI).
+# The command line under test, run as a user runs it.
 CLI = [PYTHON, "-m", "polyloop"]
 
 TRACEBACK = "Traceback (most recent call last)"
@@ -88,19 +87,6 @@ class Proc:
             f"exit {self.code} after {self.seconds:.2f}s\nstdout: {self.out.strip()}\n"
             f"stderr: {self.err.strip()}"
         )
-
-
-@dataclass
-class Figures:
-    """Counters one test contributes to the reliability report."""
-
-    kill_points: set[str] = field(default_factory=set)
-    kills: int = 0
-    recovered: int = 0
-    duplicates: int = 0
-    lost: int = 0
-    tracebacks: int = 0
-    processes: int = 0
 
 
 def _record_key(r: Any) -> str:

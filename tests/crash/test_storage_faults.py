@@ -50,6 +50,7 @@ FAULTS = [
 @dataclass
 class Outcome:
     fault: str
+    kills: int = 0
     error: str | None = None
     tracebacks: int = 0
     processes: int = 0
@@ -77,6 +78,7 @@ def fault_scenario(golden: ck.Golden, root, fault: str) -> Outcome:
         if where == "resolution:1":
             n = 1 + next(i for i, e in enumerate(golden.effects) if golden.replay[e["tool"]] == "never")
             assert w.child_run(kill_at=f"after:effect:{n}").killed
+            out.kills += 1
             before = w.log_path.read_bytes()
             e = golden.effects[n - 1]
             p = w.child_resolve(e["result_id"], True, e["observation"], fault=fault)
@@ -124,6 +126,7 @@ def faults(golden, tmp_path_factory):
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_failing_write_stops_the_run_and_loses_nothing(faults, fault, reliability):
     out = faults[fault]
+    reliability.add("kills", out.kills)
     reliability.add("processes", out.processes)
     reliability.add("tracebacks", out.tracebacks)
     assert out.error is None, out.error
