@@ -250,6 +250,10 @@ def filesystem(path: str) -> str:
                 dev, mount, fstype, *_ = line.split()
                 if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) > len(best):
                     best, kind = mount, f"{fstype} ({dev} on {mount})"
+                    name = os.path.basename(dev)
+                    if fstype in ("ext3", "ext4") and os.path.isdir("/proc/fs/jbd2"):
+                        journaled = any(e.startswith(name + "-") for e in os.listdir("/proc/fs/jbd2"))
+                        kind = f"{fstype} {'with' if journaled else 'without'} a journal ({dev} on {mount})"
     except OSError:
         pass
     return kind
