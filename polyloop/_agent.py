@@ -253,7 +253,10 @@ async def _store_call(write: Awaitable[None], run_id: str) -> None:
 def _usage_json(usage: Any) -> dict[str, int] | None:
     if not isinstance(usage, Usage):
         return None
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    try:  # a model may hand over floats or strings; the log holds token counts
+        return {"input_tokens": int(usage.input_tokens), "output_tokens": int(usage.output_tokens)}
+    except (TypeError, ValueError):
+        return None
 
 
 def _observation_text(value: Any) -> str:

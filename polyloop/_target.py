@@ -10,7 +10,7 @@ from typing import Any
 
 from ._agent import Agent, RunResult
 from ._classify import classify
-from ._errors import PolyLoopError, TargetError
+from ._errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._store import Store
 
 
@@ -129,10 +129,12 @@ async def run_target(
 async def resume_run(run_id: str, *, store: Store) -> RunResult:
     """Continue a run, re-importing the agent target recorded when it started.
 
-    A finished run is returned as recorded, without running anything.
+    A finished run is returned as recorded, and a run that needs an operator
+    is reported, without importing the target or touching the log.
 
     Raises:
         RunNotFoundError: the run id has no log.
+        NeedsOperatorError: an unknown `never` action must be settled first.
         TargetError: no target was recorded, or it cannot be loaded.
         and everything `Agent.run` raises.
     """
@@ -140,6 +142,8 @@ async def resume_run(run_id: str, *, store: Store) -> RunResult:
     if recovery.finished is not None:
         f = recovery.finished
         return RunResult(run_id, f.reason, f.result, f.steps, f.error)
+    if recovery.blocking:
+        raise NeedsOperatorError(run_id, recovery.blocking)
     target = recovery.started.target
     if not target:
         raise TargetError(

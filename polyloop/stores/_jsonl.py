@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import glob
 import os
 import queue
+import re
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -346,6 +348,7 @@ class JsonlStore:
         # exists, and a crash at any point leaves no log or a complete one.
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._sweep_stale_creations(run_id)
             tmp = self.directory / f".{run_id}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
@@ -367,6 +370,16 @@ class JsonlStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         self._fsync_directory(run_id)
+
+    def _sweep_stale_creations(self, run_id: str) -> None:
+        # A crash during creation leaves `.<run_id>.<pid>.<rand>.tmp`; remove
+        # those whose creator is dead (a live one may be mid-creation).
+        pattern = re.compile(rf"\.{re.escape(run_id)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+        for leftover in self.directory.glob(f".{glob.escape(run_id)}.*.tmp"):
+            match = pattern.fullmatch(leftover.name)
+            if match and not _alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
     def _fsync_directory(self, run_id: str) -> None:
         try:
@@ -504,6 +517,16 @@ class JsonlStore:
                     os.close(fd)
         except OSError as exc:
             raise StoreError(f"cannot prepare {path} for appending: {exc.strerror}", run_id=run_id) from exc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _describe_holder(fd: int) -> str | None:

@@ -410,3 +410,13 @@ async def test_refusing_a_new_run_leaves_an_existing_log_untouched(store):
     with pytest.raises(RunExistsError):
         await agent.run("goal", run_id="r", store=store, new=True)
     assert store.path("r").read_bytes() == before
+
+
+async def test_usage_is_recorded_as_token_counts(memory):
+    class Sloppy:
+        async def complete(self, messages, tools):
+            return ModelOutput(text="ok", usage=Usage(3.0, "4"))  # type: ignore[arg-type]
+
+    await Agent(model=Sloppy()).run("goal", run_id="r", store=memory)
+    (call,) = classify(await memory.read_log("r")).steps[0].model_calls
+    assert call.result.usage == {"input_tokens": 3, "output_tokens": 4}

@@ -321,3 +321,15 @@ async def test_a_log_replaced_under_a_live_run_stops_it(store):
         with pytest.raises(StoreError, match="replaced under the run"):
             await store.write_model_call_result("r", MR)
     assert store.path("r").read_bytes() == original
+
+
+async def test_creation_sweeps_leftovers_of_dead_creators_only(store):
+    store.directory.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = store.directory / f".r.{dead.stdout.strip()}.abcd1234.tmp"
+    live = store.directory / f".r.{os.getpid()}.abcd1234.tmp"
+    other = store.directory / f".r.5.{dead.stdout.strip()}.abcd1234.tmp"  # run "r.5", not "r"
+    for p in (stale, live, other):
+        p.write_bytes(b'{"record":"run_st')
+    await store.write_run_started(started())
+    assert not stale.exists() and live.exists() and other.exists()
