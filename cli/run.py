@@ -25,7 +25,13 @@ def command(
     ],
     goal: Annotated[
         str | None,
-        typer.Option("--goal", metavar="TEXT", help="What the run is for (required).", show_default=False),
+        typer.Option(
+            "--goal",
+            metavar="TEXT",
+            help="What the run is for: the first user message (default: empty, for agents "
+            "whose system prompt or script says it all).",
+            show_default=False,
+        ),
     ] = None,
     run_id: Annotated[
         str | None,
@@ -65,15 +71,13 @@ def command(
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")
         options.utf8(goal, "--goal")
-        if not goal:
-            raise BadInput("a new run needs a goal: pass --goal TEXT")
         if store.exists(rid):
             raise RunExistsError(rid)
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
         render.run_begins(rid, store.path(rid))
         result = asyncio.run(
-            run_target(target, goal=goal, store=store, run_id=rid, max_steps=max_steps, agent=agent)
+            run_target(target, goal=goal or "", store=store, run_id=rid, max_steps=max_steps, agent=agent)
         )
         render.run_result(result)
     raise typer.Exit(result_code(result.reason))

@@ -210,8 +210,8 @@ class Agent:
         async with held:
             records = await _read_or_none(store, run_id)
             if records is None:
-                if not goal:
-                    raise ValueError("a new run needs a goal")
+                if goal is None:
+                    raise ValueError("a new run needs a goal (an empty string is allowed)")
                 started = RunStarted(
                     run_id=run_id, goal=goal, target=target, config=self.config(max_steps)
                 )
