@@ -104,13 +104,6 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     return [section]
 
 
-def main(workdir: str, quick: bool) -> list[Section]:
-    start = time.perf_counter()
-    sections = measure(workdir, quick=quick)
-    for s in sections:
-        s.seconds = time.perf_counter() - start
-    return sections
-
 
 if __name__ == "__main__":
     directory, runs, steps, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

@@ -301,10 +301,3 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
         section.notes.append("Not installed, so not measured: " + ", ".join(missing) + ".")
     return [section]
 
-
-def main(workdir: str, quick: bool) -> list[Section]:
-    start = time.perf_counter()
-    sections = measure(workdir, quick=quick)
-    for s in sections:
-        s.seconds = time.perf_counter() - start
-    return sections

@@ -190,10 +190,3 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     )
     return [read]
 
-
-def main(workdir: str, quick: bool) -> list[Section]:
-    start = time.perf_counter()
-    sections = measure(workdir, quick=quick)
-    for s in sections:
-        s.seconds = time.perf_counter() - start
-    return sections

@@ -14,6 +14,7 @@ them; without one, that figure is skipped with a message.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -35,23 +36,15 @@ BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
 
 
 def _figure(name: str, workdir: str, quick: bool) -> list[Section]:
-    if name == "steps":
-        from benchmarks import steps
-
-        return steps.main(workdir, quick)
-    if name == "peers":
-        from benchmarks import peers
-
-        return peers.main(workdir, quick)
-    if name == "read":
-        from benchmarks import readside
-
-        return readside.main(workdir, quick)
-    if name == "concurrency":
-        from benchmarks import concurrency
-
-        return concurrency.main(workdir, quick)
-    raise SystemExit(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+    modules = {"steps": "steps", "peers": "peers", "read": "readside", "concurrency": "concurrency"}
+    if name not in modules:
+        raise SystemExit(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
+    module = importlib.import_module(f"benchmarks.{modules[name]}")
+    start = time.perf_counter()
+    sections = module.measure(workdir, quick=quick)
+    for section in sections:
+        section.seconds = time.perf_counter() - start
+    return sections
 
 
 def _child(python: str, name: str, workdir: str, quick: bool, timeout: float) -> list[Section]:
