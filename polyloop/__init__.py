@@ -9,11 +9,12 @@ silently repeats a side effect, but it cannot make a side effect and its log
 record one indivisible act.
 """
 
-from ._agent import Agent, ModelCallError, RunResult, TransientModelError, default_directory
+from ._agent import Agent, RunResult, default_directory
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     CorruptLogError,
     InvalidRunIdError,
+    ModelCallError,
     NeedsOperatorError,
     PolyLoopError,
     Problem,
@@ -25,6 +26,7 @@ from ._errors import (
     SchemaVersionError,
     StoreError,
     TargetError,
+    TransientModelError,
 )
 from ._ids import check_run_id, new_run_id
 from ._inspect import RunReport, inspect_run, mark_resolved

@@ -13,12 +13,15 @@ import orjson
 
 from ._classify import Recovery, StepView, classify
 from ._errors import (
+    MAX_RETRY_AFTER,
+    ModelCallError,
     NeedsOperatorError,
     PolyLoopError,
     RunExistsError,
     RunMismatchError,
     RunNotFoundError,
     StoreError,
+    TransientModelError,
 )
 from ._ids import check_run_id, idempotency_key, new_run_id, result_id
 from ._model import Model, ModelOutput, Usage, _History
@@ -32,50 +35,6 @@ DEFAULT_DIRECTORY = "runs"
 def default_directory() -> str:
     """Where runs live unless told otherwise: `$POLYLOOP_DIR`, else `./runs`."""
     return os.environ.get("POLYLOOP_DIR") or DEFAULT_DIRECTORY
-
-
-class TransientModelError(PolyLoopError):
-    """Raised by a model for a failure worth retrying (rate limit, timeout, 5xx).
-
-    The run loop records the failed attempt and issues a new, visible attempt
-    after a backoff, up to the agent's `max_attempts` per step. The backoff is
-    at least `retry_after` seconds when the server said so (capped at
-    `MAX_RETRY_AFTER`).
-
-    Args:
-        message: what failed.
-        retry_after: seconds the server asked to wait, if it did.
-        usage: tokens the failed call still cost, if known (recorded).
-    """
-
-    def __init__(
-        self, message: str, *, retry_after: float | None = None, usage: Usage | None = None
-    ) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.usage = usage
-
-
-MAX_RETRY_AFTER = 60.0
-
-
-class ModelCallError(PolyLoopError):
-    """The model call of a step failed; the run stopped and stays resumable.
-
-    The failed attempt is in the log. Fix the cause (server, key, script) and
-    resume; after `max_attempts` failed attempts of one step the run ends
-    with reason `error` instead.
-    """
-
-    def __init__(self, run_id: str, step: int, attempt: int, error: str) -> None:
-        self.run_id = run_id
-        self.step = step
-        self.attempt = attempt
-        self.error = error
-        super().__init__(
-            f"run {run_id!r}: the model call of step {step} (attempt {attempt}) failed: "
-            f"{error}; the run is resumable once the cause is fixed"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +91,13 @@ class Agent:
             raise ValueError("max_attempts must be at least 1")
         self.model = model
         self.tools = list(tools)
+        for t in self.tools:
+            if not isinstance(t, Tool):
+                raise TypeError(f"{t!r} is not a tool: decorate it with @polyloop.tool")
         names = [t.name for t in self.tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"two tools share the name {duplicates[0]!r}")
-        for t in self.tools:
-            if not isinstance(t, Tool):
-                raise TypeError(f"{t!r} is not a tool: decorate it with @polyloop.tool")
         self.max_steps = max_steps
         self.system = system
         self.max_attempts = max_attempts

@@ -145,6 +145,9 @@ class Recovery:
         step = self.completed_steps + 1
         view = self.steps[step - 1] if len(self.steps) >= step else None
         if view is None:
+            previous = self.steps[step - 2] if 2 <= step <= len(self.steps) + 1 else None
+            if previous is not None and _is_final(previous):
+                return f"record the end of the run: step {step - 1} gave the final answer"
             if self.max_steps is not None and step > self.max_steps:
                 return f"finish the run: the step budget of {self.max_steps} is spent"
             return f"start step {step} with a model call"
@@ -163,6 +166,11 @@ class Recovery:
         if last.resolution is not None:
             return f"run {last.tool} again (step {step}, attempt {last.attempt + 1})"
         return f"replay the safe action {last.tool} (step {step}) as attempt {last.attempt + 1}"
+
+
+def _is_final(view: StepView) -> bool:
+    out = view.output.output if view.output is not None else None
+    return view.completed is not None and not view.actions and out is not None and out.get("tool_call") is None
 
 
 @dataclass(slots=True)

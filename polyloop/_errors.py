@@ -5,12 +5,15 @@
     ├── RunNotFoundError       no log exists for the run id
     ├── RunExistsError         a log already exists where a new run was asked for
     ├── RunActiveError         another live process holds the run
-    ├── RunMismatchError       resume was asked with a different goal than recorded
+    ├── RunMismatchError       resume was asked with other inputs (goal, budget, tools) than recorded
     ├── TargetError            an agent target could not be imported
     ├── CorruptLogError        the log cannot come from a correct writer
     │   └── SchemaVersionError the log was written by an unknown major format
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
     ├── ResolutionError        mark-resolved named something that is not an open unknown
+    ├── ModelCallError         a step's model call failed; the run stopped, resumable
+    ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
+    │   └── MalformedResponseError  (polyloop.openai) an answer that cannot be read
     └── StoreError             the store could not write or read (fail closed)
 
 Every message says what happened and, where there is one, what to do next.
@@ -21,7 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._model import Usage
 
 
 class PolyLoopError(Exception):
@@ -196,6 +202,50 @@ class ResolutionError(PolyLoopError):
         self.result_id = result_id
         self.why = why
         super().__init__(f"cannot resolve {result_id!r} of run {run_id!r}: {why}")
+
+
+class TransientModelError(PolyLoopError):
+    """Raised by a model for a failure worth retrying (rate limit, timeout, 5xx).
+
+    The run loop records the failed attempt and issues a new, visible attempt
+    after a backoff, up to the agent's `max_attempts` per step. The backoff is
+    at least `retry_after` seconds when the server said so (capped at
+    `MAX_RETRY_AFTER`).
+
+    Args:
+        message: what failed.
+        retry_after: seconds the server asked to wait, if it did.
+        usage: tokens the failed call still cost, if known (recorded).
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, usage: Usage | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.usage = usage
+
+
+MAX_RETRY_AFTER = 60.0
+
+
+class ModelCallError(PolyLoopError):
+    """The model call of a step failed; the run stopped and stays resumable.
+
+    The failed attempt is in the log. Fix the cause (server, key, script) and
+    resume; after `max_attempts` failed attempts of one step the run ends
+    with reason `error` instead.
+    """
+
+    def __init__(self, run_id: str, step: int, attempt: int, error: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.attempt = attempt
+        self.error = error
+        super().__init__(
+            f"run {run_id!r}: the model call of step {step} (attempt {attempt}) failed: "
+            f"{error}; the run is resumable once the cause is fixed"
+        )
 
 
 class StoreError(PolyLoopError):

@@ -211,6 +211,13 @@ def _status(rec: Recovery, holder: str | None) -> tuple[RunStatus, str]:
             f"the outcome of {e.tool} ({e.result_id}) is unknown: the process stopped "
             "after its intent and before its result, and the tool is not safe to replay"
         )
+    open_step = rec.steps[rec.completed_steps] if len(rec.steps) > rec.completed_steps else None
+    if open_step is not None and open_step.output is None and open_step.model_calls:
+        failed = open_step.model_calls[-1].error
+        if failed:
+            return "resumable", (
+                f"the model call of step {open_step.step} failed ({failed}); resume tries it again"
+            )
     return "resumable", "the run stopped before finishing (crash or interruption)"
 
 

@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         name="openai",
     ) from exc
 
-from ._agent import TransientModelError
+from ._errors import TransientModelError
 from ._model import Message, ModelOutput, ToolCall, Usage
 
 __all__ = ["DEFAULT_BASE_URL", "MalformedResponseError", "OpenAIModel"]

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from docs_helpers import EXAMPLES
-
-BIN = Path(sys.executable).parent
-
-# Nothing from the developer's shell may leak into a documented command (least of all an API key).
-LEAKY = ("POLYLOOP_", "OPENAI_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS", "VIRTUAL_ENV")
-
-
-def doc_env(**extra: str) -> dict[str, str]:
-    """The environment of a reader's shell: this interpreter's bin first on PATH, user `alice`.
-
-    The user name is fixed because `mark-resolved` records and prints who decided.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LEAKY)}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["LOGNAME"] = env["USER"] = "alice"
-    env.update(extra)
-    return env
-
+from docs_helpers import BIN, EXAMPLES
 
 def make_workdir(where: Path) -> Path:
     """`where` with a copy of examples/ and a `.venv` whose bin/ leads to this interpreter's."""

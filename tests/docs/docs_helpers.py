@@ -21,8 +21,10 @@ in its shown output; a crash switch (`POLYLOOP_DEMO_CRASH=`) means the process k
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,3 +221,21 @@ def shown_lines(output: list[str]) -> list[str]:
             continue
         keep.append(line)
     return keep
+
+
+BIN = Path(sys.executable).parent
+
+# Nothing from the developer's shell may leak into a documented command (least of all an API key).
+LEAKY = ("POLYLOOP_", "OPENAI_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS", "VIRTUAL_ENV")
+
+
+def doc_env(**extra: str) -> dict[str, str]:
+    """The environment of a reader's shell: this interpreter's bin first on PATH, user `alice`.
+
+    The user name is fixed because `mark-resolved` records and prints who decided.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LEAKY)}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["LOGNAME"] = env["USER"] = "alice"
+    env.update(extra)
+    return env

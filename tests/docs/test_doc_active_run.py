@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import doc_env
+from docs_helpers import doc_env
 from docs_helpers import blocks, line_pattern, normalize, page_id, pages, shown_lines
 
 SLOW = '''

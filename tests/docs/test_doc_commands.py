@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import doc_env
+from docs_helpers import doc_env
 from docs_helpers import (
     ROOT,
     Block,
@@ -93,8 +93,7 @@ def _polyloop(workdir: Path, env: dict[str, str], *args: str, expect: int) -> No
 # What a page needs that its own commands do not make: its environment, and setup that runs just
 # before the first command whose key is given (None: before the page's first command).
 PAGE_ENV: dict[str, dict[str, str]] = {
-    # The reference's walkthrough was captured with the demo's workspace in ./ws.
-    "docs/reference/cli.md": {"POLYLOOP_DEMO_DIR": "ws", "POLYLOOP_DIR": "runs"},
+    "docs/reference/cli.md": {"POLYLOOP_DIR": "runs"},
     "docs/reference/json.md": {"RUN": "demo"},
     "docs/reference/exit-codes.md": {"RUN": "demo"},
 }

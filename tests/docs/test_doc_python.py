@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import doc_env
+from docs_helpers import doc_env
 from docs_helpers import Block, blocks, page_id, pages
 
 TIMEOUT = 60

@@ -420,3 +420,25 @@ async def test_usage_is_recorded_as_token_counts(memory):
     await Agent(model=Sloppy()).run("goal", run_id="r", store=memory)
     (call,) = classify(await memory.read_log("r")).steps[0].model_calls
     assert call.result.usage == {"input_tokens": 3, "output_tokens": 4}
+
+
+def test_a_plain_function_is_refused_with_a_hint():
+    def plain(x: int) -> int:
+        return x
+
+    with pytest.raises(TypeError, match="decorate it with @polyloop.tool"):
+        Agent(model=ScriptedModel([{"final": "x"}]), tools=[plain])
+
+
+async def test_inspect_says_when_a_failed_model_call_stopped_the_run(memory):
+    from polyloop import inspect_run
+
+    class Down:
+        async def complete(self, messages, tools):
+            raise ConnectionError("server down")
+
+    with pytest.raises(ModelCallError):
+        await Agent(model=Down()).run("goal", run_id="r", store=memory)
+    report = await inspect_run(memory, "r")
+    assert report.status == "resumable"
+    assert report.reason == "the model call of step 1 failed (ConnectionError: server down); resume tries it again"

@@ -64,6 +64,7 @@ VALID = [
     ("never-action-unknown", [S(), MI(1), MR(1), AI(1)], "needs_operator", {"s1-a1": "unknown"}, "mark-resolved r s1-a1 --executed"),
     ("safe-action-unknown", [S(), MI(1), MR(1), AI(1, replay="safe")], "resumable", {"s1-a1": "unknown"}, "replay the safe action t (step 1) as attempt 2"),
     ("action-done", [S(), *STEP1], "resumable", {"s1-m1": "done", "s1-a1": "done"}, "start step 2"),
+    ("final-answer-not-yet-finished", [S(), *STEP1, *FINAL2], "resumable", {"s2-m1": "done"}, "record the end of the run: step 2 gave the final answer"),
     ("finished", [S(), *STEP1, *FINAL2, F(steps=2)], "finished", {"s2-m1": "done"}, "nothing: the run finished (final_answer)"),
     ("model-superseded", [S(), MI(1), MI(1, 2)], "resumable", {"s1-m1": "superseded", "s1-m2": "unknown"}, "attempt 3"),
     ("model-error-then-retry", [S(), MI(1), MR(1, error="429"), MI(1, 2), MR(1, 2)], "resumable", {"s1-m1": "done", "s1-m2": "done"}, "run t"),
