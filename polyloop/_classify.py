@@ -24,6 +24,7 @@ from ._records import (
     RunFinished,
     RunStarted,
     StepCompleted,
+    paused_gc,
 )
 
 State = Literal["done", "unknown", "superseded", "resolved"]
@@ -211,6 +212,13 @@ def check(
     problems are returned, the `Recovery` describes the log only as far as
     it could be followed and must not be acted on.
     """
+    with paused_gc():
+        return _check(records, run_id=run_id)
+
+
+def _check(
+    records: Sequence[Record], *, run_id: str | None = None
+) -> tuple[Recovery | None, list[Problem]]:
     problems: list[Problem] = []
 
     def bad(index: int, message: str) -> None:

@@ -50,6 +50,7 @@ from .._records import (
     UnknownSchemaError,
     decode,
     encode,
+    paused_gc,
 )
 
 
@@ -79,6 +80,11 @@ def parse_log(data: bytes) -> ParsedLog:
     it is corruption. Blank lines are skipped. A line that decodes as JSON
     but is not a valid record is corruption wherever it stands.
     """
+    with paused_gc():
+        return _parse_log(data)
+
+
+def _parse_log(data: bytes) -> ParsedLog:
     out = ParsedLog()
     loads = orjson.loads
     JSONDecodeError = orjson.JSONDecodeError

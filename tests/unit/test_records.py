@@ -115,3 +115,23 @@ def test_model_call_result_has_exactly_one_of_output_and_error():
     obj["error"] = "boom"
     with pytest.raises(RecordError, match="exactly one"):
         decode(obj)
+
+
+def test_pausing_the_collector_nests_and_restores_its_state():
+    import gc
+
+    from polyloop._records import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
