@@ -28,13 +28,10 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def polyloop(workdir: Path) -> Runner:
-    """Run `polyloop ARGS...` in `workdir`, as a newcomer would type it."""
-
-    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _runner(workdir: Path, prefix: Callable[[str], list[str]]) -> Runner:
+    def run(first: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*console_script(), *args],
+            [*prefix(first), *args],
             cwd=workdir,
             env=clean_env(**(env or {})),
             capture_output=True,
@@ -44,24 +41,18 @@ def polyloop(workdir: Path) -> Runner:
         )
 
     return run
+
+
+@pytest.fixture
+def polyloop(workdir: Path) -> Runner:
+    """Run `polyloop ARGS...` in `workdir`, as a newcomer would type it."""
+    return _runner(workdir, lambda command: [*console_script(), command])
 
 
 @pytest.fixture
 def python(workdir: Path) -> Runner:
     """Run `python examples/NAME.py ARGS...` in `workdir`."""
-
-    def run(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, f"examples/{script}", *args],
-            cwd=workdir,
-            env=clean_env(**(env or {})),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-    return run
+    return _runner(workdir, lambda script: [sys.executable, f"examples/{script}"])
 
 
 @pytest.fixture
