@@ -10,7 +10,7 @@ import typer
 from polyloop import JsonlStore, RunExistsError, check_run_id, load_target, new_run_id, run_target
 
 from . import options, render
-from .errors import BadInput, Scope, failures, result_code
+from .errors import Scope, failures, result_code
 
 
 def command(

@@ -146,8 +146,8 @@ class Recovery:
         step = self.completed_steps + 1
         view = self.steps[step - 1] if len(self.steps) >= step else None
         if view is None:
-            previous = self.steps[step - 2] if 2 <= step <= len(self.steps) + 1 else None
-            if previous is not None and _is_final(previous):
+            # No view for the open step: every step with records is completed.
+            if self.steps and _is_final(self.steps[-1]):
                 return f"record the end of the run: step {step - 1} gave the final answer"
             if self.max_steps is not None and step > self.max_steps:
                 return f"finish the run: the step budget of {self.max_steps} is spent"

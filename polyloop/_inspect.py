@@ -145,7 +145,7 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         problems = list(parsed.problems)
         if not problems:
             recovery, found = check(records, run_id=run_id)
-            problems = [_with_line(p, parsed.lines) for p in found]
+            problems = [parsed.locate(p) for p in found]
         else:
             recovery = None
     else:
@@ -170,12 +170,6 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         holder=holder,
         torn_line=torn_line,
     )
-
-
-def _with_line(problem: Problem, lines: list[int]) -> Problem:
-    if problem.index is not None and problem.index < len(lines):
-        return Problem(problem.message, index=problem.index, line=lines[problem.index])
-    return problem
 
 
 def _corrupt(

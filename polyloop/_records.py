@@ -14,8 +14,8 @@ import contextlib
 import datetime as _dt
 import gc
 import threading
-from collections.abc import Iterator
 import time as _time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Union
 
@@ -359,8 +359,3 @@ def paused_gc() -> Iterator[None]:
             _gc_pauses -= 1
             if _gc_pauses == 0 and _gc_was_enabled:
                 gc.enable()
-
-
-def loads_line(line: bytes) -> Any:
-    """Decode one line of JSON (raises `orjson.JSONDecodeError`)."""
-    return orjson.loads(line)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._classify import check
-from ._errors import Problem
 from .stores._jsonl import parse_log
 
 FileStatus = Literal["ok", "torn_tail", "corrupt"]
@@ -73,19 +72,13 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
     problems: list[tuple[int | None, str]] = [(q.line, q.message) for q in parsed.problems]
     if not problems:
         _, found = check(parsed.records, run_id=run_id)
-        problems = [_located(q, parsed.lines) for q in found]
+        problems = [(located.line, located.message) for located in map(parsed.locate, found)]
     if problems:
         return FileVerdict(str(p), run_id, "corrupt", tuple(problems))
     if parsed.torn_line is not None:
         message = "torn tail: the last write was cut off by a crash (dropped on read)"
         return FileVerdict(str(p), run_id, "torn_tail", ((parsed.torn_line, message),))
     return FileVerdict(str(p), run_id, "ok")
-
-
-def _located(problem: Problem, lines: list[int]) -> tuple[int | None, str]:
-    if problem.index is not None and problem.index < len(lines):
-        return lines[problem.index], problem.message
-    return problem.line, problem.message
 
 
 def _ignore_sigint() -> None:

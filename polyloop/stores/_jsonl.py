@@ -72,6 +72,12 @@ class ParsedLog:
     schema_version: object = None
     ends_without_newline: bool = False
 
+    def locate(self, problem: Problem) -> Problem:
+        """`problem` (found in `records`, e.g. by the classifier) with its line number."""
+        if problem.line is None and problem.index is not None and problem.index < len(self.lines):
+            return Problem(problem.message, index=problem.index, line=self.lines[problem.index])
+        return problem
+
 
 def parse_log(data: bytes) -> ParsedLog:
     """Split a log into records, a torn tail and corruption (SPEC §6).
@@ -262,10 +268,10 @@ class JsonlStore:
         await self._append_durable(run_id, encode(record))
 
     async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        self._append(self._file(run_id), encode(record), run_id, sync=False)
+        self._append(self._file(run_id), encode(record), run_id)
 
     async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        self._append(self._file(run_id), encode(record), run_id, sync=False)
+        self._append(self._file(run_id), encode(record), run_id)
 
     async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
         await self._append_durable(run_id, encode(record))
@@ -297,7 +303,10 @@ class JsonlStore:
             if not handed_over:  # the write failed, or no disk thread took the job
                 os.close(fd)
 
-    def _append(self, path: str, data: bytes, run_id: str, *, sync: bool) -> None:
+    def _append(self, path: str, data: bytes, run_id: str, *, sync: bool = False) -> None:
+        # One whole append in the calling thread: the writes that need no
+        # fsync use it inline; `sync=True` (the durable append without the
+        # hand-off) is what benchmarks/steps.py places elsewhere to compare.
         fd, size = self._open(path, run_id)
         try:
             self._write_or_undo(fd, size, data, path, run_id)
