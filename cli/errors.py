@@ -117,6 +117,7 @@ class Scope:
     json: bool = False
     directory: str | None = None
     run_id: str | None = None
+    resumable: bool = False  # the command runs the run: an interruption leaves it resumable
 
 
 @contextlib.contextmanager

@@ -187,7 +187,7 @@ def failure(
         console.print(Text(safe_text("".join(traceback.format_exception(exc)))), soft_wrap=True)
     if kind == "interrupted":
         message = "interrupted"
-        if scope.run_id:
+        if scope.run_id and scope.resumable:
             message += (
                 f"; run {scope.run_id} stays resumable: "
                 f"{resume_command(scope.run_id, scope.directory)}"
@@ -238,8 +238,9 @@ def run_begins(run_id: str, log: Path) -> None:
     _line(out(), ("run ", "bold"), (run_id, "bold cyan"), f"  (log: {log})")
 
 
-def resume_begins(report: RunReport) -> None:
-    _line(err(), ("resuming ", "bold"), report.run_id, f": {report.next}")
+def resume_begins(run_id: str, next_step: str) -> None:
+    """Printed as a resume continues a run: what it does first."""
+    _line(err(), ("resuming ", "bold"), run_id, f": {next_step}")
 
 
 def run_result(result: RunResult, *, already: bool = False) -> None:

@@ -66,7 +66,7 @@ def command(
       polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
     """
     where = options.directory(directory)
-    with failures(Scope(directory=where)) as scope:
+    with failures(Scope(directory=where, resumable=True)) as scope:
         store = JsonlStore(where)
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")
