@@ -26,6 +26,7 @@ import typer
 
 from polyloop import (
     CorruptLogError,
+    InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
     NeedsOperatorError,
@@ -64,6 +65,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ModelCallError, FAILURE),
     (StoreError, FAILURE),
     (InvalidRunIdError, USAGE),
+    (InvalidInputError, USAGE),
     (RunNotFoundError, USAGE),
     (RunExistsError, USAGE),
     # Another live process holds the run: the request is wrong *right now*;
@@ -125,8 +127,14 @@ def failures(scope: Scope) -> Iterator[Scope]:
     """Run a command body; turn anything it raises into a rendered message and an exit code."""
     try:
         yield scope
-    except (typer.Exit, ClickException, SystemExit, GeneratorExit):
+    except (typer.Exit, ClickException, GeneratorExit):
         raise
+    except SystemExit as exc:
+        # Only our own code picks the exit code: user code (an agent, a tool,
+        # a model) calling sys.exit() is a failure like any other.
+        failure = PolyLoopError(f"the agent's code called sys.exit({exc.code!r})")
+        render.failure(failure, FAILURE, scope, kind="expected", show_traceback=_debug)
+        raise typer.Exit(FAILURE) from None
     except BaseException as exc:  # KeyboardInterrupt too: it becomes 130
         code = exit_code(exc)
         if code == INTERRUPTED:

@@ -45,7 +45,14 @@ def command(
     directory: options.Directory = None,
     max_steps: Annotated[
         int | None,
-        typer.Option("--max-steps", metavar="N", min=1, help="The step budget (default: the agent's).", show_default=False),
+        typer.Option(
+            "--max-steps",
+            metavar="N",
+            min=1,
+            max=1_000_000_000,  # the library's bound too
+            help="The step budget, 1 to 1,000,000,000 (default: the agent's).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.

@@ -13,6 +13,7 @@ from ._agent import Agent, RunResult, default_directory
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     CorruptLogError,
+    InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
     NeedsOperatorError,
@@ -58,6 +59,7 @@ __all__ = [
     "Execution",
     "FileVerdict",
     "Intent",
+    "InvalidInputError",
     "InvalidRunIdError",
     "JsonlStore",
     "LockingStore",

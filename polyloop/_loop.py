@@ -247,7 +247,7 @@ class _Run:
             output = await self.agent.model.complete(history.view(), self.specs)
             if not isinstance(output, ModelOutput):
                 raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # SystemExit: a model does not pick our exit code
             error = representable(f"{type(exc).__name__}: {exc}")
             spent = _usage_json(getattr(exc, "usage", None))
             await self._write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent))
@@ -357,7 +357,10 @@ def observation_text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    return orjson.dumps(value, default=str).decode()
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:  # e.g. a file name that is not valid UTF-8
+        return orjson.dumps(representable(value), default=str).decode()
 
 
 async def _call(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:

@@ -170,7 +170,7 @@ def encode(record: Record) -> bytes:
         obj[name] = getattr(record, name)
     try:
         return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
-    except orjson.JSONEncodeError:
+    except TypeError:  # orjson's word for text UTF-8 cannot carry, among others
         return orjson.dumps(representable(obj), option=orjson.OPT_APPEND_NEWLINE)
 
 

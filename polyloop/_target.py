@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import importlib.util
 import sys
 from pathlib import Path
@@ -56,8 +57,14 @@ def load_target(target: str) -> Agent:
             obj = obj()
         except PolyLoopError:
             raise
-        except Exception as exc:
-            raise TargetError(target, f"calling {name}() raised {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # a target never picks polyloop's exit code
+            raise TargetError(target, f"calling {name}() raised {_raised(exc)}") from exc
+        if inspect.isawaitable(obj):
+            if inspect.iscoroutine(obj):
+                obj.close()  # never awaited, on purpose: no warning about it
+            raise TargetError(
+                target, f"{name} is an async function; make it a plain function that returns an Agent"
+            )
     if not isinstance(obj, Agent):
         raise TargetError(target, f"{name} is a {type(obj).__name__}, not a polyloop.Agent")
     return obj
@@ -79,17 +86,23 @@ def _import_file(target: str, where: str) -> Any:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         del sys.modules[module_name]
-        raise TargetError(target, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+        raise TargetError(target, f"importing {where} raised {_raised(exc)}") from exc
     return module
 
 
 def _import_module(target: str, where: str) -> Any:
     try:
         return importlib.import_module(where)
-    except Exception as exc:
-        raise TargetError(target, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise TargetError(target, f"importing {where} raised {_raised(exc)}") from exc
+
+
+def _raised(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (it called sys.exit({exc.code!r}))"
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def run_target(
