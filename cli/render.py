@@ -396,7 +396,6 @@ def inspect_report(
     """
     console = out()
     rec = report.recovery
-    doc = report.to_json()
 
     def field(name: str, *value: str | tuple[str, str] | Text) -> None:
         _line(console, (f"{name:<10}", "bold"), *value)
@@ -412,7 +411,7 @@ def inspect_report(
         field("started", clip(rec.started.at, 40), ("   finished ", "bold"), clip(finished, 40))
         budget = f" of at most {rec.max_steps}" if rec.max_steps else ""
         field("steps", f"{rec.completed_steps} completed{budget}")
-        t = doc["tokens"]
+        t = report.tokens or {}
         field(
             "tokens",
             f"{t['input']} in, {t['output']} out; re-spent {t['respent_input']} in, "

@@ -46,6 +46,11 @@ class RunReport:
     holder: str | None = None
     torn_line: int | None = None
 
+    @property
+    def tokens(self) -> dict[str, int] | None:
+        """Tokens spent by every model call, and re-spent by repeated attempts (None if corrupt)."""
+        return token_totals(self.recovery) if self.recovery is not None else None
+
     def to_json(self) -> dict[str, Any]:
         """The `inspect --json` document."""
         rec = self.recovery

@@ -44,7 +44,8 @@ def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
 
 def test_ctrl_c_during_a_sync_never_tool_holds_the_run_until_the_tool_ends(cli, tmp_path):
     charges, started = tmp_path / "charges", tmp_path / "started"
-    proc = _start(cli, "pay", {"POLYLOOP_TEST_CHARGES": str(charges), "POLYLOOP_TEST_STARTED": str(started)})
+    env = {"POLYLOOP_TEST_CHARGES": str(charges), "POLYLOOP_TEST_STARTED": str(started), "POLYLOOP_TEST_SECONDS": "15"}
+    proc = _start(cli, "pay", env)
     _wait_for(started, proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
@@ -117,7 +118,9 @@ def test_ctrl_c_while_inspecting_a_finished_run_does_not_call_it_resumable(cli, 
     time.sleep(0.3)  # past the interpreter's own start-up (see the next test)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode in (0, 130), (stdout, stderr)
+    # 130 when the signal lands while it works; 0 when it had finished; a
+    # signal that lands as the interpreter tears down ends it as the OS does.
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, stdout, stderr)
     assert "Traceback" not in stderr and "resumable" not in stderr
 
 
