@@ -10,7 +10,7 @@
     ├── RunMismatchError       resume was asked with other inputs (goal, budget, tools) than recorded
     ├── TargetError            an agent target could not be imported
     ├── CorruptLogError        the log cannot come from a correct writer
-    │   └── SchemaVersionError the log was written by an unknown major format
+    │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
     ├── ResolutionError        mark-resolved named something that is not an open unknown
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
@@ -60,6 +60,9 @@ class InvalidInputError(PolyLoopError, ValueError):
     this is caught on the way in, so no log, lock or temporary file exists
     afterwards. Example: a step budget beyond what the log format can hold.
     """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
 
 
 class RecordError(PolyLoopError, ValueError):
@@ -179,7 +182,7 @@ class CorruptLogError(PolyLoopError):
         )
 
 
-class SchemaVersionError(CorruptLogError):
+class SchemaVersionError(CorruptLogError, RecordError):
     """The log was written with a schema major version this reader does not know.
 
     Differs from plain corruption: the log may be fine for a newer PolyLoop.
