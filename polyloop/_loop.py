@@ -52,7 +52,6 @@ from ._records import (
     Record,
     Resolution,
     RunFinished,
-    RunStarted,
     StepCompleted,
     representable,
 )
