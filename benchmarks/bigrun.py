@@ -20,10 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.readside import write_log  # noqa: E402
-
 AGENT = '''
 from polyloop import Agent, ScriptedModel, tool
 
@@ -63,7 +59,11 @@ def main() -> None:
         runs.mkdir()
         Path(work, "agent.py").write_text(AGENT)
         template = Path(work, "template.jsonl")
-        write_log(str(template), "big", opts.steps)
+        # Written by a child: Linux starts a process's peak RSS at its parent's
+        # (exec keeps the high-water mark), so this process must stay small.
+        root = str(Path(__file__).resolve().parent.parent)
+        maker = f"import sys; sys.path.insert(0, {root!r}); from benchmarks.readside import write_log; write_log(sys.argv[1], 'big', {opts.steps})"
+        subprocess.run([sys.executable, "-c", maker, str(template)], check=True)
         # Drop the final step and the end marker: resume has one step left to do.
         lines = template.read_bytes().splitlines(keepends=True)
         head = lines[0].replace(b'"target":null', f'"target":"{work}/agent.py:agent"'.encode())

@@ -47,6 +47,35 @@ class RunReport:
     torn_line: int | None = None
 
     @property
+    def waiting(self) -> list[dict[str, Any]]:
+        """What a person must settle before the run can go on (empty when nothing waits).
+
+        Each entry is `{"id", "kind", "tool", "args", "reason"}`; `id` is what
+        the settling command takes (`polyloop mark-resolved RUN ID ...` for
+        kind `unknown`). A run held by a live process waits for nobody yet.
+        """
+        rec = self.recovery
+        if rec is None or rec.finished is not None:
+            return []
+        return [
+            {
+                "id": e.result_id,
+                "kind": "unknown",
+                "tool": e.tool,
+                "args": e.args,
+                "reason": (
+                    f"the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown: the process "
+                    "stopped after its intent and before its result, and the tool is `never` replay"
+                ),
+            }
+            for e in rec.blocking
+        ]
+
+    def __repr__(self) -> str:
+        # Short on purpose, like Recovery's: the records of a long run are many.
+        return f"RunReport(run_id={self.run_id!r}, status={self.status!r}, records={len(self.records)})"
+
+    @property
     def tokens(self) -> dict[str, int] | None:
         """Tokens spent by every model call, and re-spent by repeated attempts (None if corrupt)."""
         return token_totals(self.recovery) if self.recovery is not None else None
@@ -62,6 +91,7 @@ class RunReport:
             "problems": [str(p) for p in self.problems],
             "holder": self.holder,
             "torn_tail_line": self.torn_line,
+            "waiting": self.waiting,
         }
         if rec is None:
             doc.update(goal=None, target=None, steps=0, executions=[], resolutions=[], tokens=None)

@@ -102,6 +102,14 @@ class Recovery:
     blocking: tuple[Execution, ...]
     resolutions: tuple[Resolution, ...] = ()
 
+    def __repr__(self) -> str:
+        # Short on purpose: a 100,000-step verdict printed in full takes seconds
+        # (asyncio itself reprs the result of a finished task).
+        return (
+            f"Recovery(run_id={self.run_id!r}, status={self.status!r}, "
+            f"steps={len(self.steps)}, executions={len(self.executions)})"
+        )
+
     @property
     def completed_steps(self) -> int:
         # Steps complete in order, so only the last view can be open.
