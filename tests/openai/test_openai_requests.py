@@ -85,7 +85,7 @@ async def test_history_and_tools_are_sent_as_chat_completions() -> None:
             "function": {
                 "name": "list_files",
                 "description": "List the files.",
-                "parameters": {"type": "object", "properties": {}, "required": []},
+                "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
             },
         },
         {
@@ -98,9 +98,10 @@ async def test_history_and_tools_are_sent_as_chat_completions() -> None:
                     "properties": {
                         "old": {"type": "string"},
                         "new": {"type": "string"},
-                        "force": {"type": "boolean"},
+                        "force": {"type": "boolean", "default": False},
                     },
                     "required": ["old", "new"],
+                    "additionalProperties": False,
                 },
             },
         },
