@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.fake:
         return asyncio.run(_run(args.goal, run_id, directory))
 
-    from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+    from polyloop.testing import FakeOpenAIServer, FakeResponse
 
     # The fake plays back the demo's decisions, as a real model's answers.
     with FakeOpenAIServer([FakeResponse.from_json(out) for out in SCRIPT]) as server:

@@ -118,7 +118,9 @@ class Usage:
     """Tokens a model call spent.
 
     Attributes:
-        input_tokens: prompt tokens billed at the normal rate.
+        input_tokens: prompt tokens as the provider counts them (Anthropic's
+            count leaves out the cache reads and writes below; OpenAI's
+            includes cached tokens).
         output_tokens: generated tokens.
         cache_read_input_tokens: prompt tokens read from the provider's
             prompt cache, when it reports them (None: not reported).

@@ -11,15 +11,17 @@ import asyncio
 import dataclasses
 import inspect
 import re
+import sys
 import typing
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import orjson
-import pydantic
-from pydantic.fields import FieldInfo
+
+if TYPE_CHECKING:
+    import pydantic
 
 Replay = Literal["safe", "never"]
 
@@ -140,15 +142,20 @@ def observation_text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    if isinstance(value, pydantic.BaseModel):
+    if _is_model(value):
         value = value.model_dump(mode="json")
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     return orjson.dumps(value, default=_json_default).decode()
 
 
+def _is_model(value: Any) -> bool:
+    pydantic = sys.modules.get("pydantic")  # not loaded: no value can be a pydantic model
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
+
+
 def _json_default(value: Any) -> Any:
-    if isinstance(value, pydantic.BaseModel):
+    if _is_model(value):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
@@ -163,6 +170,9 @@ class _Signature:
     """The pydantic model of a tool's parameters: its schema, and the validation of arguments."""
 
     def __init__(self, fn: Callable[..., Any], arg_docs: dict[str, str]) -> None:
+        # Imported here, not at the top: `import polyloop` (and so `polyloop inspect`, `verify`)
+        # stays free of pydantic's import cost; the first tool declared pays it.
+        import pydantic
         sig = inspect.signature(fn)
         try:
             hints = typing.get_type_hints(fn, include_extras=True)
@@ -194,9 +204,11 @@ class _Signature:
         )
 
     def schema(self) -> dict[str, Any]:
+        from pydantic.json_schema import PydanticJsonSchemaWarning
+
         with warnings.catch_warnings():
             # a default JSON cannot hold is left out of the schema, which is what we want
-            warnings.simplefilter("ignore", pydantic.json_schema.PydanticJsonSchemaWarning)
+            warnings.simplefilter("ignore", PydanticJsonSchemaWarning)
             raw = self.model.model_json_schema()
         raw = _strip_titles(raw)
         out: dict[str, Any] = {
@@ -211,6 +223,8 @@ class _Signature:
         return out
 
     def validate(self, args: Any) -> tuple[list[Any], dict[str, Any]]:
+        import pydantic
+
         if not isinstance(args, dict):
             raise _BadArguments(f"the arguments must be a JSON object, not {_kind(args)}")
         try:
@@ -224,7 +238,9 @@ class _Signature:
         return positional, kwargs
 
 
-def _field(name: str, hint: Any, default: Any, doc: str | None) -> tuple[Any, FieldInfo]:
+def _field(name: str, hint: Any, default: Any, doc: str | None) -> tuple[Any, Any]:
+    import pydantic
+
     if hint is inspect.Parameter.empty or isinstance(hint, str) or not _schema_ok(hint):
         hint = Any
     extra: dict[str, Any] = {"alias": name}
@@ -236,6 +252,8 @@ def _field(name: str, hint: Any, default: Any, doc: str | None) -> tuple[Any, Fi
 
 
 def _schema_ok(hint: Any) -> bool:
+    import pydantic
+
     try:
         pydantic.TypeAdapter(hint).json_schema()
     except Exception:  # a type pydantic cannot describe is offered to the model as any value
@@ -244,6 +262,8 @@ def _schema_ok(hint: Any) -> bool:
 
 
 def _has_description(hint: Any) -> bool:
+    from pydantic.fields import FieldInfo
+
     if typing.get_origin(hint) is not typing.Annotated:
         return False
     return any(isinstance(m, FieldInfo) and m.description for m in hint.__metadata__)
@@ -266,7 +286,7 @@ def _strip_titles(node: Any) -> Any:
     return out
 
 
-def _errors_line(exc: pydantic.ValidationError) -> str:
+def _errors_line(exc: Any) -> str:
     parts = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"

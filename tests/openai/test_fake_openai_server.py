@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+from polyloop.testing import FakeOpenAIServer, FakeResponse
 
 
 def _post(server: FakeOpenAIServer, body: Any, key: str | None = None) -> tuple[int, dict[str, Any]]:

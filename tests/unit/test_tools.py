@@ -290,3 +290,23 @@ class Report:
 )
 def test_observation_text(value: Any, text: str) -> None:
     assert observation_text(value) == text
+
+
+def test_a_default_json_cannot_hold_is_left_out_of_the_schema() -> None:
+    marker = object()
+
+    @tool
+    def f(a: Any = marker) -> str:
+        return ""
+
+    assert _props(f)["a"] == {}
+    assert f.check_args({}) is None
+
+
+def test_importing_polyloop_does_not_load_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, polyloop, polyloop.testing; print('pydantic' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,150 @@
+"""What the hosted-model adapters share: error mapping, Retry-After, safe URLs, configuration.
+
+The official `openai` and `anthropic` SDKs raise errors of the same shape
+(`APITimeoutError`, `APIConnectionError`, `APIStatusError` with `status_code`,
+`response` and `body`), so one mapping onto `TransientModelError` serves both;
+neither SDK is imported here.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+from ._errors import TransientModelError
+from ._model import Usage
+
+
+class MalformedResponseError(TransientModelError):
+    """The server answered, but the answer cannot be read as a decision.
+
+    Raised when the answer has no choices or no content, or when one of the
+    model's tool calls carries arguments that are not a JSON object (small
+    models do this). It is a `TransientModelError`: the run loop records the
+    failed attempt, with the raw arguments in its error, and asks the model
+    again as a new attempt — a fresh sample usually parses. No action intent
+    is written for an answer that could not be read.
+
+    Attributes:
+        raw: the unreadable tool-call arguments (None for other problems).
+        usage: the tokens the server says the unreadable answer cost, if it
+            said (recorded in the failed attempt's `model_call_result`).
+    """
+
+    def __init__(self, message: str, *, raw: str | None = None, usage: Usage | None = None) -> None:
+        super().__init__(message, usage=usage)
+        self.raw = raw
+
+
+def bad_arguments(name: str, raw: Any, usage: Usage | None) -> MalformedResponseError:
+    """The error for a tool call whose arguments are not a JSON object."""
+    shown = raw if isinstance(raw, str) else repr(raw)
+    shown = shown if len(shown) <= 500 else shown[:497] + "..."
+    return MalformedResponseError(
+        f"the model called {name!r} with arguments that are not a JSON object: {shown!r}",
+        raw=raw if isinstance(raw, str) else repr(raw),
+        usage=usage,
+    )
+
+
+def transient_error(
+    exc: Exception,
+    url: str,
+    sdk: ModuleType,
+    *,
+    retryable: tuple[int, ...] = (408, 409, 429),
+    permanent: Callable[[Any], bool] = lambda exc: False,
+) -> TransientModelError | None:
+    """The `TransientModelError` for a retryable SDK error, or None (let it propagate).
+
+    Timeouts, connection errors, 5xx and the `retryable` statuses are
+    transient, unless `permanent(exc)` says retrying cannot help (OpenAI's
+    429 `insufficient_quota`).
+    """
+    if isinstance(exc, sdk.APITimeoutError):
+        return TransientModelError(f"the request to {url} timed out")
+    if isinstance(exc, sdk.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f": {type(cause).__name__}: {cause}" if cause else ""
+        return TransientModelError(f"cannot connect to {url}{detail}")
+    if not isinstance(exc, sdk.APIStatusError):
+        return None
+    status = exc.status_code
+    if permanent(exc) or (status not in retryable and status < 500):
+        return None
+    what = {429: "rate limited", 529: "overloaded"}.get(status)
+    what = what or ("server error" if status >= 500 else "try again")
+    wait = retry_after(exc.response.headers)
+    hint = "" if wait is None else f" (retry after {wait:g}s)"
+    return TransientModelError(
+        f"{what} (HTTP {status}) by {url}{hint}: {server_message(exc)}", retry_after=wait
+    )
+
+
+def server_message(exc: Any) -> str:
+    """The server's own words from an error body (OpenAI's or Anthropic's shape)."""
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error")
+        for doc in (body, inner if isinstance(inner, Mapping) else {}):
+            if isinstance(doc.get("message"), str):
+                return doc["message"]
+    return str(exc.message)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked to wait (`retry-after-ms`, `retry-after` seconds or date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def public_url(url: str) -> str:
+    """The URL without any user:password part, safe to record and print."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def host_of(url: str) -> str:
+    return urllib.parse.urlsplit(url).hostname or ""
+
+
+def model_name(kind: str, env: Mapping[str, str], given: str | None, variable: str) -> str:
+    """The model name: `given`, else `$POLYLOOP_MODEL`, else `$<variable>`; ValueError without one."""
+    name = given or env.get("POLYLOOP_MODEL") or env.get(variable)
+    if not name:
+        raise ValueError(
+            f"{kind} needs a model name: set POLYLOOP_MODEL (or {variable}), or pass model=..."
+        )
+    return name
+
+
+def reserved_params(params: Mapping[str, Any] | None, reserved: frozenset[str]) -> dict[str, Any]:
+    """`params` as a dict; ValueError when it sets a field the adapter owns."""
+    clashes = sorted(reserved.intersection(params or {}))
+    if clashes:
+        raise ValueError(f"params must not set {', '.join(clashes)}: the adapter sends those")
+    return dict(params or {})
