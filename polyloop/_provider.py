@@ -9,9 +9,10 @@ neither SDK is imported here.
 from __future__ import annotations
 
 import email.utils
+import os
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -128,23 +129,98 @@ def public_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def host_of(url: str) -> str:
+_LOCAL_KEY = "unused"
+
+
+class HostedModel:
+    """Configuration, description and the one request of an SDK-backed model (see its subclasses).
+
+    Subclasses name their SDK, environment variables and default URL as
+    class attributes; this class resolves them, turns the SDK's retries off
+    and maps its errors.
+    """
+
+    _kind = "HostedModel"
+    _model_env = ""
+    _url_env = ""
+    _key_env = ""
+    _default_url = ""
+    _reserved: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        *,
+        model: str | None,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float,
+        params: Mapping[str, Any] | None,
+        client: Any | None,
+    ) -> None:
+        name = model or os.environ.get("POLYLOOP_MODEL") or os.environ.get(self._model_env)
+        if not name:
+            raise ValueError(
+                f"{self._kind} needs a model name: set POLYLOOP_MODEL (or {self._model_env}), "
+                "or pass model=..."
+            )
+        clashes = sorted(self._reserved.intersection(params or {}))
+        if clashes:
+            raise ValueError(f"params must not set {', '.join(clashes)}: the adapter sends those")
+        self.model = name
+        self.params = dict(params or {})
+        self.timeout = timeout
+        self._api_key: str | None = None
+        if client is not None:
+            self._client = client.with_options(max_retries=0, timeout=timeout)
+            self.base_url = str(self._client.base_url).rstrip("/")
+            return
+        self._client = None
+        self.base_url = (base_url or os.environ.get(self._url_env) or self._default_url).rstrip("/")
+        key = api_key or os.environ.get(self._key_env)
+        if not key:
+            if _host(self.base_url) == _host(self._default_url):
+                raise ValueError(
+                    f"{self._kind} needs an API key for {self.base_url}: set {self._key_env}, "
+                    f"or pass api_key=...; for a local server set {self._url_env}"
+                )
+            key = _LOCAL_KEY  # local servers usually ignore the key, but the SDKs want one
+        self._api_key = key
+
+    def __repr__(self) -> str:
+        return f"{self._kind}(model={self.model!r}, base_url={public_url(self.base_url)!r})"
+
+    def _described(self, **more: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = {"type": self._kind, "model": self.model, "base_url": public_url(self.base_url)}
+        doc.update(more)
+        if self.params:
+            doc["params"] = dict(self.params)
+        return doc
+
+    async def _send(
+        self,
+        sdk: ModuleType,
+        new_client: Callable[..., Any],
+        create: Callable[[Any], Awaitable[Any]],
+        *,
+        retryable: tuple[int, ...] = (408, 409, 429),
+        permanent: Callable[[Any], bool] = lambda exc: False,
+    ) -> Any:
+        """`create(client)` on the shared client or a fresh one, SDK errors mapped (see `transient_error`)."""
+        try:
+            if self._client is not None:
+                return await create(self._client)
+            async with new_client(
+                api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+            ) as client:
+                return await create(client)
+        except sdk.APIError as exc:
+            transient = transient_error(
+                exc, public_url(self.base_url), sdk, retryable=retryable, permanent=permanent
+            )
+            if transient is None:
+                raise
+            raise transient from exc
+
+
+def _host(url: str) -> str:
     return urllib.parse.urlsplit(url).hostname or ""
-
-
-def model_name(kind: str, env: Mapping[str, str], given: str | None, variable: str) -> str:
-    """The model name: `given`, else `$POLYLOOP_MODEL`, else `$<variable>`; ValueError without one."""
-    name = given or env.get("POLYLOOP_MODEL") or env.get(variable)
-    if not name:
-        raise ValueError(
-            f"{kind} needs a model name: set POLYLOOP_MODEL (or {variable}), or pass model=..."
-        )
-    return name
-
-
-def reserved_params(params: Mapping[str, Any] | None, reserved: frozenset[str]) -> dict[str, Any]:
-    """`params` as a dict; ValueError when it sets a field the adapter owns."""
-    clashes = sorted(reserved.intersection(params or {}))
-    if clashes:
-        raise ValueError(f"params must not set {', '.join(clashes)}: the adapter sends those")
-    return dict(params or {})

@@ -35,7 +35,6 @@ Importing `polyloop` never imports this module or `openai`.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,26 +48,16 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import (
-    MalformedResponseError,
-    bad_arguments,
-    host_of,
-    model_name,
-    public_url,
-    reserved_params,
-    transient_error,
-)
+from ._provider import HostedModel, MalformedResponseError, bad_arguments
 
 __all__ = ["DEFAULT_BASE_URL", "MalformedResponseError", "OpenAIModel"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """The base URL used when neither `base_url` nor `OPENAI_BASE_URL` is set."""
 
-_LOCAL_KEY = "unused"
-_RESERVED = frozenset({"model", "messages", "tools", "stream"})
 
 
-class OpenAIModel:
+class OpenAIModel(HostedModel):
     """A `polyloop.Model` backed by an OpenAI-compatible chat-completions server.
 
     Each `complete` call sends the whole history and the tool specs and
@@ -97,6 +86,13 @@ class OpenAIModel:
             (`model`, `messages`, `tools`, `stream`).
     """
 
+    _kind = "OpenAIModel"
+    _model_env = "OPENAI_MODEL"
+    _url_env = "OPENAI_BASE_URL"
+    _key_env = "OPENAI_API_KEY"
+    _default_url = DEFAULT_BASE_URL
+    _reserved = frozenset({"model", "messages", "tools", "stream"})
+
     def __init__(
         self,
         *,
@@ -107,39 +103,13 @@ class OpenAIModel:
         params: Mapping[str, Any] | None = None,
         client: Any | None = None,
     ) -> None:
-        self.model = model_name("OpenAIModel", os.environ, model, "OPENAI_MODEL")
-        self.params = reserved_params(params, _RESERVED)
-        self.timeout = timeout
-        if client is not None:
-            self._client = client.with_options(max_retries=0, timeout=timeout)
-            self.base_url = str(self._client.base_url).rstrip("/")
-            self._api_key = None
-            return
-        self._client = None
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if host_of(self.base_url) == "api.openai.com":
-                raise ValueError(
-                    f"OpenAIModel needs an API key for {self.base_url}: set OPENAI_API_KEY, "
-                    "or pass api_key=...; for a local server set OPENAI_BASE_URL"
-                )
-            key = _LOCAL_KEY
-        self._api_key = key
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel(model={self.model!r}, base_url={public_url(self.base_url)!r})"
+        super().__init__(
+            model=model, base_url=base_url, api_key=api_key, timeout=timeout, params=params, client=client
+        )
 
     def describe(self) -> dict[str, Any]:
         """What `run_started` records about the model; never the API key."""
-        doc: dict[str, Any] = {
-            "type": "OpenAIModel",
-            "model": self.model,
-            "base_url": public_url(self.base_url),
-        }
-        if self.params:
-            doc["params"] = dict(self.params)
-        return doc
+        return self._described()
 
     def request(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
@@ -179,22 +149,12 @@ class OpenAIModel:
                 retrying would not help, so the run stops resumable.
         """
         body = self.request(messages, tools)
-        try:
-            if self._client is not None:
-                response = await self._client.chat.completions.create(**body)
-            else:
-                async with _openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    timeout=self.timeout,
-                    max_retries=0,
-                ) as client:
-                    response = await client.chat.completions.create(**body)
-        except _openai.APIError as exc:
-            transient = transient_error(exc, public_url(self.base_url), _openai, permanent=_out_of_credit)
-            if transient is None:
-                raise
-            raise transient from exc
+        response = await self._send(
+            _openai,
+            _openai.AsyncOpenAI,
+            lambda client: client.chat.completions.create(**body),
+            permanent=_out_of_credit,
+        )
         return _model_output(response)
 
 

@@ -58,7 +58,8 @@ class FakeAnthropicServer(FakeServer):
         script: the answers to give, in order.
         responder: answers requests once the script is used up.
         model: the model name it reports.
-        api_key: when set, requests must carry `x-api-key: <key>` or get 401.
+        api_key: when set, requests must carry `x-api-key: <key>` (or
+            `Authorization: Bearer <key>`) or get HTTP 401.
         lifetime: seconds after which the server stops by itself.
         port: the port to listen on (0 picks a free one).
     """
@@ -78,7 +79,9 @@ class FakeAnthropicServer(FakeServer):
         return self._api_requests()
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
-        return headers.get("x-api-key") == self.api_key
+        # the SDK sends `x-api-key`, or `Authorization: Bearer` in its newer releases
+        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        return key == self.api_key
 
     def error_doc(self, status: int, message: str, type: str | None, code: str | None = None) -> Any:
         kind = type or _KINDS.get(status, "api_error")
