@@ -26,15 +26,15 @@ attempts (up to `max_attempts` per step, waiting at least the server's
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 # demo.py and openai_agent.py sit next to this file; `polyloop run` and
 # `python examples/...` both put this directory on sys.path.
 from demo import SCRIPT as DEMO_SCRIPT
 from demo import SYSTEM, TOOLS
-from openai_agent import arguments, run_and_report
+from openai_agent import run_example
 
 from polyloop import Agent
 
@@ -61,19 +61,18 @@ def agent() -> Agent:
     return Agent(model=model, tools=TOOLS, system=SYSTEM, max_steps=12, max_attempts=4, retry_backoff=1.0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = arguments("Run the demo's tools with an Anthropic model.", argv)
-    target = f"{Path(__file__).resolve()}:agent"
-    if not args.fake:
-        return asyncio.run(run_and_report(agent(), target, args.goal, args.run_id, args.dir))
-
+@contextlib.contextmanager
+def fake_anthropic() -> Iterator[Callable[[], str]]:
+    """A fake Messages API server that plays `SCRIPT` back as Claude's answers."""
     from polyloop.testing import FakeAnthropicServer, FakeResponse
 
     with FakeAnthropicServer([FakeResponse.from_json(out) for out in SCRIPT]) as server:
         os.environ.update(ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY="fake", POLYLOOP_MODEL=server.model)
-        code = asyncio.run(run_and_report(agent(), target, args.goal, args.run_id, args.dir))
-        print(f"  the fake server answered {len(server.message_requests)} Messages API requests")
-    return code
+        yield lambda: f"{len(server.message_requests)} Messages API requests"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_example(argv, "Run the demo's tools with an Anthropic model.", agent, fake_anthropic)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import inspect
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # demo.py sits next to this file; `polyloop run` and `python examples/...`
 # both put this directory on sys.path.
@@ -77,20 +81,34 @@ def arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = arguments("Run the demo's tools with an OpenAI-compatible model.", argv)
-    target = f"{Path(__file__).resolve()}:agent"
-    if not args.fake:
-        return asyncio.run(run_and_report(agent(), target, args.goal, args.run_id, args.dir))
+def run_example(argv: list[str] | None, description: str, build: Callable[[], Agent], fake: Any) -> int:
+    """Run the agent `build` makes; with `--fake`, inside `fake()`, which serves scripted answers.
 
+    `fake()` is a context manager that sets the environment the model reads
+    and yields a function saying how many requests the server answered.
+    """
+    args = arguments(description, argv)
+    target = f"{Path(inspect.getfile(build)).resolve()}:{build.__name__}"
+    if not args.fake:
+        return asyncio.run(run_and_report(build(), target, args.goal, args.run_id, args.dir))
+    with fake() as answered:
+        code = asyncio.run(run_and_report(build(), target, args.goal, args.run_id, args.dir))
+        print(f"  the fake server answered {answered()}")
+    return code
+
+
+@contextlib.contextmanager
+def fake_openai() -> Iterator[Callable[[], str]]:
+    """A fake OpenAI-compatible server that plays back the demo's decisions, as a real model's answers."""
     from polyloop.testing import FakeOpenAIServer, FakeResponse
 
-    # The fake plays back the demo's decisions, as a real model's answers.
     with FakeOpenAIServer([FakeResponse.from_json(out) for out in SCRIPT]) as server:
         os.environ.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="fake", POLYLOOP_MODEL=server.model)
-        code = asyncio.run(run_and_report(agent(), target, args.goal, args.run_id, args.dir))
-        print(f"  the fake server answered {len(server.chat_requests)} chat-completions requests")
-    return code
+        yield lambda: f"{len(server.chat_requests)} chat-completions requests"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_example(argv, "Run the demo's tools with an OpenAI-compatible model.", agent, fake_openai)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,16 @@ neither SDK is imported here.
 from __future__ import annotations
 
 import email.utils
+import importlib
 import os
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 from ._errors import TransientModelError
-from ._model import Usage
+from ._model import Message, Usage
 
 
 class MalformedResponseError(TransientModelError):
@@ -129,6 +130,18 @@ def public_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
+def import_extra(name: str) -> ModuleType:
+    """Import the SDK of an optional extra, or fail with an ImportError that names the extra."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ImportError(
+            f"polyloop.{name} needs the `{name}` package, an optional extra of polyloop: "
+            f"pip install 'polyloop[{name}]'",
+            name=name,
+        ) from exc
+
+
 _LOCAL_KEY = "unused"
 
 
@@ -188,6 +201,15 @@ class HostedModel:
 
     def __repr__(self) -> str:
         return f"{self._kind}(model={self.model!r}, base_url={public_url(self.base_url)!r})"
+
+    def request(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The request body `complete` would send: the converted history and tools, then `params`."""
+        body = self._body(messages, tools)
+        body.update(self.params)
+        return body
+
+    def _body(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
 
     def _described(self, **more: Any) -> dict[str, Any]:
         doc: dict[str, Any] = {"type": self._kind, "model": self.model, "base_url": public_url(self.base_url)}

@@ -19,16 +19,14 @@ by a keyword argument:
 | API key  | `api_key`  | `ANTHROPIC_API_KEY`                              |
 | model    | `model`    | `POLYLOOP_MODEL`, else `ANTHROPIC_MODEL`         |
 
-Every call to the API is one visible attempt in the run's log: the SDK's
-own retries are off, and rate limits (429), overload (529), timeouts,
-connection errors and 5xx answers raise `polyloop.TransientModelError`,
-which the run loop records as a failed attempt and retries as a new attempt
-after a backoff (at least the server's `Retry-After`). Other API errors (a
-bad key, a bad request, too little credit) propagate unchanged: the loop
-records the failed attempt and stops the run, resumable once the cause is
-fixed.
-
-Importing `polyloop` never imports this module or `anthropic`.
+The SDK's own retries are off, so each request is one attempt the log
+shows. Rate limits (429), overload (529), other 5xx answers, timeouts and
+connection errors become `polyloop.TransientModelError`: a failed attempt,
+then a new one after the loop's backoff, never shorter than the server's
+`Retry-After`. Every other API error (bad key, bad request, too little
+credit) is raised as the SDK raised it; the run stops there and resumes
+once its cause is fixed. `import polyloop` imports neither this module nor
+the SDK.
 """
 
 from __future__ import annotations
@@ -36,22 +34,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-try:
-    import anthropic as _anthropic
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    raise ImportError(
-        "polyloop.anthropic needs the `anthropic` package, an optional extra of polyloop: "
-        "pip install 'polyloop[anthropic]'",
-        name="anthropic",
-    ) from exc
-
 from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import HostedModel, MalformedResponseError, bad_arguments
+from ._provider import HostedModel, MalformedResponseError, bad_arguments, import_extra
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicModel", "MalformedResponseError"]
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-"""The base URL used when neither `base_url` nor `ANTHROPIC_BASE_URL` is set."""
+_anthropic = import_extra("anthropic")
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"  # when neither base_url nor $ANTHROPIC_BASE_URL is set
 
 
 _OWN = frozenset({"model", "max_tokens", "messages", "system", "tools"})
@@ -121,10 +111,8 @@ class AnthropicModel(HostedModel):
         """What `run_started` records about the model; never the API key."""
         return self._described(max_tokens=self.max_tokens)
 
-    def request(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:
-        """The Messages API request body `complete` would send.
+    def _body(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The Messages API request body, before `params`.
 
         System messages become the `system` prompt. An assistant turn becomes
         one assistant message: a text block (when it has text), then one
@@ -146,7 +134,6 @@ class AnthropicModel(HostedModel):
                 }
                 for s in tools
             ]
-        body.update(self.params)
         return body
 
     async def complete(

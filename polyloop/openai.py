@@ -38,17 +38,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-try:
-    import openai as _openai
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    raise ImportError(
-        "polyloop.openai needs the `openai` package, an optional extra of polyloop: "
-        "pip install 'polyloop[openai]'",
-        name="openai",
-    ) from exc
-
 from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import HostedModel, MalformedResponseError, bad_arguments
+from ._provider import HostedModel, MalformedResponseError, bad_arguments, import_extra
+
+_openai = import_extra("openai")
 
 __all__ = ["DEFAULT_BASE_URL", "MalformedResponseError", "OpenAIModel"]
 
@@ -111,10 +104,8 @@ class OpenAIModel(HostedModel):
         """What `run_started` records about the model; never the API key."""
         return self._described()
 
-    def request(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:
-        """The chat-completions request body `complete` would send.
+    def _body(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The chat-completions request body, before `params`.
 
         History messages are converted to chat-completions messages: an
         assistant turn's tool calls (see `polyloop.Message`) become its
@@ -125,7 +116,6 @@ class OpenAIModel(HostedModel):
         body: dict[str, Any] = {"model": self.model, "messages": _chat_messages(messages)}
         if tools:
             body["tools"] = _chat_tools(tools)
-        body.update(self.params)
         return body
 
     async def complete(

@@ -47,21 +47,13 @@ _KINDS = {
 class FakeAnthropicServer(FakeServer):
     """An Anthropic Messages API server on 127.0.0.1, for tests.
 
-    Answers `POST /v1/messages` with the next scripted `FakeResponse` (or,
-    once the script is used up, `responder(body)`, else HTTP 400 "script
-    exhausted"). A reply's `tool_calls` become `tool_use` blocks (ids
-    `toolu_<n>_<i>`) after a text block when it has text; `stop_reason` is
-    `tool_use` or `end_turn` unless `finish_reason` overrides it; `cache`
-    adds the cache token counts to `usage`.
-
-    Args:
-        script: the answers to give, in order.
-        responder: answers requests once the script is used up.
-        model: the model name it reports.
-        api_key: when set, requests must carry `x-api-key: <key>` (or
-            `Authorization: Bearer <key>`) or get HTTP 401.
-        lifetime: seconds after which the server stops by itself.
-        port: the port to listen on (0 picks a free one).
+    Serves `POST /v1/messages`; its arguments are `FakeServer`'s, and
+    `base_url` (`http://127.0.0.1:PORT`) is what `ANTHROPIC_BASE_URL` should
+    be. A reply's `tool_calls` become `tool_use` blocks (ids `toolu_<n>_<i>`)
+    after a text block when it has text; `stop_reason` is `tool_use` or
+    `end_turn` unless `finish_reason` overrides it; `cache` adds the cache
+    token counts to `usage`. The key goes in `x-api-key` (or
+    `Authorization: Bearer`, as newer SDK releases send it).
     """
 
     route = "/v1/messages"
@@ -69,17 +61,11 @@ class FakeAnthropicServer(FakeServer):
     auth_message = "invalid x-api-key"
 
     @property
-    def base_url(self) -> str:
-        """`http://127.0.0.1:PORT`: what `ANTHROPIC_BASE_URL` should be."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def message_requests(self) -> list[FakeRequest]:
         """The Messages API requests received, in order."""
         return self._api_requests()
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
-        # the SDK sends `x-api-key`, or `Authorization: Bearer` in its newer releases
         key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
         return key == self.api_key
 
@@ -114,16 +100,12 @@ class FakeAnthropicServer(FakeServer):
                 doc["usage"]["cache_creation_input_tokens"] = reply.cache[1]
         return doc
 
-    def invalid(self, body: Any) -> str | None:
+    def check(self, body: dict[str, Any]) -> str | None:
         return _invalid(body)
 
 
-def _invalid(body: Any) -> str | None:
+def _invalid(body: dict[str, Any]) -> str | None:
     """Why the Messages API would refuse this request body, or None."""
-    if not isinstance(body, dict):
-        return "the body is not a JSON object"
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        return "model: Field required"
     if type(body.get("max_tokens")) is not int or body["max_tokens"] < 1:
         return "max_tokens: Field required"
     system = body.get("system")

@@ -164,11 +164,23 @@ Responder = Callable[[dict[str, Any]], FakeResponse]
 class FakeServer:
     """A scripted model API on 127.0.0.1: the lifecycle, the script and the request log.
 
-    Subclasses set `route` and implement `invalid`, `answer`, `error_doc`
-    and `authorized`.
+    Answers the API's route with the next scripted `FakeResponse` (or, once
+    the script is used up, with `responder(body)` if one is given, else HTTP
+    400 "script exhausted"), and `GET .../models` with the one model it
+    serves. Subclasses set `route` and `base_path` and implement `invalid`,
+    `answer`, `error_doc` and `authorized`.
+
+    Args:
+        script: the answers to give, in order.
+        responder: answers requests once the script is used up.
+        model: the model name it reports.
+        api_key: when set, requests without the key get HTTP 401.
+        lifetime: seconds after which the server stops by itself.
+        port: the port to listen on (0 picks a free one).
     """
 
     route = "/"
+    base_path = ""
     thread_name = "fake-model-server"
     auth_message = "invalid API key"
 
@@ -200,6 +212,14 @@ class FakeServer:
 
     def invalid(self, body: Any) -> str | None:
         """Why a real server would refuse this request body, or None."""
+        if not isinstance(body, dict):
+            return "the body is not a JSON object"
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return "'model' is required"
+        return self.check(body)
+
+    def check(self, body: dict[str, Any]) -> str | None:
+        """The API's own checks of a JSON object body that names a model."""
         raise NotImplementedError
 
     def answer(self, body: dict[str, Any], reply: FakeResponse, number: int) -> dict[str, Any]:
@@ -263,6 +283,11 @@ class FakeServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """What the client's base URL should be: `http://127.0.0.1:PORT` and the API's base path."""
+        return f"http://127.0.0.1:{self.port}{self.base_path}"
 
     @property
     def port(self) -> int:

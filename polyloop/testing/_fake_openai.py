@@ -42,32 +42,19 @@ _KINDS = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate
 class FakeOpenAIServer(FakeServer):
     """An OpenAI-compatible chat-completions server on 127.0.0.1, for tests.
 
-    Answers `POST /v1/chat/completions` with the next scripted
-    `FakeResponse` (or, once the script is used up, with `responder(body)`
-    if one is given, else HTTP 400 "script exhausted"), and `GET /v1/models`
-    with the one model it serves. Requests are checked the way a real server
-    checks them (a model, a message list, every `tool` message answering an
-    earlier assistant `tool_calls` id, every tool a `function` with a name)
-    and rejected with HTTP 400 otherwise.
-
-    Args:
-        script: the answers to give, in order.
-        responder: answers requests once the script is used up.
-        model: the model name it reports.
-        api_key: when set, requests must carry `Authorization: Bearer <key>`
-            or get HTTP 401.
-        lifetime: seconds after which the server stops by itself.
-        port: the port to listen on (0 picks a free one).
+    Serves `POST /v1/chat/completions`; its arguments are `FakeServer`'s,
+    and `base_url` (`http://127.0.0.1:PORT/v1`) is what `OPENAI_BASE_URL`
+    should be. Requests are checked the way a real server checks them (a
+    model, a message list, every assistant `tool_calls` id answered by a
+    `tool` message before the next turn, every tool a `function` with a
+    name) and rejected with HTTP 400 otherwise. The key goes in
+    `Authorization: Bearer <key>`.
     """
 
     route = "/chat/completions"
+    base_path = "/v1"
     thread_name = "fake-openai"
     auth_message = "Incorrect API key provided."
-
-    @property
-    def base_url(self) -> str:
-        """`http://127.0.0.1:PORT/v1`: what `OPENAI_BASE_URL` should be."""
-        return f"http://127.0.0.1:{self.port}/v1"
 
     @property
     def chat_requests(self) -> list[FakeRequest]:
@@ -120,16 +107,12 @@ class FakeOpenAIServer(FakeServer):
             }
         return doc
 
-    def invalid(self, body: Any) -> str | None:
+    def check(self, body: dict[str, Any]) -> str | None:
         return _invalid(body)
 
 
-def _invalid(body: Any) -> str | None:
+def _invalid(body: dict[str, Any]) -> str | None:
     """Why a chat-completions request would be refused by a real server, or None."""
-    if not isinstance(body, dict):
-        return "the body is not a JSON object"
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        return "'model' is required"
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "'messages' must be a non-empty array"
