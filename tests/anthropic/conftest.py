@@ -1,22 +1,15 @@
-"""Fixtures for the Anthropic adapter tests: no test ever sees a real key or URL."""
+"""The Anthropic adapter tests never see a real key, URL or model from the developer's shell."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 pytest.importorskip("anthropic")
 
-_ENV = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "ANTHROPIC_MODEL",
-    "POLYLOOP_MODEL",
-    "POLYLOOP_DIR",
-)
-
 
 @pytest.fixture(autouse=True)
 def _no_real_anthropic(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _ENV:
-        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith(("ANTHROPIC_", "POLYLOOP_"))]:
+        monkeypatch.delenv(name)

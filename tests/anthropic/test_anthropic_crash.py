@@ -15,21 +15,23 @@ from polyloop.testing import FakeAnthropicServer, FakeResponse
 
 AGENT = textwrap.dedent(
     '''
-    import os, signal
+    import json, os, pathlib, signal
     from polyloop import Agent, tool
     from polyloop.anthropic import AnthropicModel
 
+    OUTBOX = pathlib.Path(os.environ["OUTBOX"])
+
     @tool
-    def send(text: str) -> str:
-        """Send a message (an unrepeatable side effect)."""
-        with open(os.environ["SENT_LOG"], "a") as fh:
-            fh.write(text + "\\n")
-        if os.environ.get("CRASH_AFTER_SEND"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return "sent"
+    def post(channel: str, message: str) -> str:
+        """Post a message to a channel: it cannot be taken back."""
+        with OUTBOX.open("a") as out:
+            out.write(json.dumps([channel, message]) + "\\n")
+        if "DIE_AFTER_POST" in os.environ:
+            os.kill(os.getpid(), signal.SIGKILL)  # after the effect, before its result is logged
+        return f"posted to {channel}"
 
     def agent():
-        return Agent(model=AnthropicModel(timeout=30), tools=[send], retry_backoff=0.01)
+        return Agent(model=AnthropicModel(timeout=30), tools=[post], retry_backoff=0.01)
     '''
 )
 
@@ -41,7 +43,7 @@ def _env(tmp_path: Path, server: FakeAnthropicServer) -> dict[str, str]:
         "ANTHROPIC_BASE_URL": server.base_url,
         "ANTHROPIC_API_KEY": "k",
         "POLYLOOP_MODEL": "fake-model",
-        "SENT_LOG": str(tmp_path / "sent.txt"),
+        "OUTBOX": str(tmp_path / "outbox.jsonl"),
         "POLYLOOP_DIR": str(tmp_path / "runs"),
     }
 
@@ -55,33 +57,33 @@ def _polyloop(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Complete
 async def test_sigkill_in_a_never_tool_then_mark_resolved_and_polyloop_resume(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(AGENT)
     script = [
-        FakeResponse.tool_call("send", {"text": "hi"}, usage=(30, 5)),
+        FakeResponse.tool_call("post", {"channel": "ops", "message": "hi"}, usage=(30, 5)),
         FakeResponse.final("said hi", usage=(45, 3)),
     ]
     with FakeAnthropicServer(script, api_key="k") as server:
         env = _env(tmp_path, server)
         crashed = _polyloop(
-            "run", "agent.py:agent", "--run-id", "r", "--goal", "say hi", env={**env, "CRASH_AFTER_SEND": "1"}, cwd=tmp_path
+            "run", "agent.py:agent", "--run-id", "r", "--goal", "say hi", env={**env, "DIE_AFTER_POST": "1"}, cwd=tmp_path
         )
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
         stopped = _polyloop("resume", "r", env=env, cwd=tmp_path)
         assert stopped.returncode == 3, stopped.stderr  # an unknown `never` action: a person decides
         assert "s1-a1" in stopped.stderr + stopped.stdout
         settled = _polyloop(
-            "mark-resolved", "r", "s1-a1", "--executed", "--observation", "sent", "--reason", "in sent.txt", env=env, cwd=tmp_path
+            "mark-resolved", "r", "s1-a1", "--executed", "--observation", "posted to ops", "--reason", "in the outbox", env=env, cwd=tmp_path
         )
         assert settled.returncode == 0, settled.stderr
         resumed = _polyloop("resume", "r", env=env, cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
     assert len(server.message_requests) == 2  # step 1's model call was reused, not paid again
-    assert (tmp_path / "sent.txt").read_text() == "hi\n"  # and the message was not sent twice
+    assert (tmp_path / "outbox.jsonl").read_text() == '["ops", "hi"]\n'  # and the message was not posted twice
     records = list(await JsonlStore(tmp_path / "runs").read_log("r"))
     assert [r.result_id for r in records if isinstance(r, Intent)] == ["s1-m1", "s1-a1", "s2-m1"]
     outputs = [r.output for r in records if isinstance(r, ModelCallResult)]
     assert [o["stop_reason"] for o in outputs if o] == ["tool_use", "end_turn"]
     # the resumed request carried the recovered conversation, the operator's observation included
     last = server.message_requests[-1].body["messages"]
-    assert last[-1] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "s1-m1", "content": "sent"}]}
+    assert last[-1] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "s1-m1", "content": "posted to ops"}]}
 
 
 async def test_sigkill_while_the_model_answers_then_polyloop_resume_asks_again(tmp_path: Path) -> None:

@@ -13,38 +13,43 @@ from polyloop.testing import FakeAnthropicServer, FakeResponse
 
 KEY = "sk-ant-test"
 
+def _turn(text: str | None, *calls: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    """An assistant history message (see `polyloop.Message`) with the given calls."""
+    listed = [{"id": i, "name": n, "args": a} for i, n, a in calls]
+    turn: dict[str, Any] = {"role": "assistant", "content": text, "tool_call": listed[0] if listed else None}
+    if len(listed) > 1:
+        turn["tool_calls"] = listed
+    return turn
+
+
+def _result(call_id: str, name: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
 HISTORY: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
-    {"role": "user", "content": "Rename the file ✓"},
-    {"role": "assistant", "content": "Look first.", "tool_call": {"id": "s1-m1", "name": "list_files", "args": {}}},
-    {"role": "tool", "tool_call_id": "s1-m1", "name": "list_files", "content": "a.txt"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_call": {"id": "s2-a1", "name": "rename", "args": {"old": "a.txt", "new": "ä.txt"}},
-        "tool_calls": [
-            {"id": "s2-a1", "name": "rename", "args": {"old": "a.txt", "new": "ä.txt"}},
-            {"id": "s2-a2", "name": "list_files", "args": {}},
-        ],
-    },
-    {"role": "tool", "tool_call_id": "s2-a1", "name": "rename", "content": "error: denied"},
-    {"role": "tool", "tool_call_id": "s2-a2", "name": "list_files", "content": "a.txt"},
+    {"role": "user", "content": "Find the report and file it ✓"},
+    _turn("Search first.", ("s1-m1", "search", {"query": "report"})),
+    _result("s1-m1", "search", "q3.txt"),
+    _turn(None, ("s2-a1", "move", {"src": "q3.txt", "dst": "ä/q3.txt"}), ("s2-a2", "search", {"query": "q4"})),
+    _result("s2-a1", "move", "error: denied"),
+    _result("s2-a2", "search", "none"),
 ]
 
 
 @tool(replay="safe")
-def list_files() -> str:
-    """List the files."""
+def search(query: str, limit: int = 5) -> str:
+    """Search the files."""
     return ""
 
 
 @tool
-def rename(old: str, new: str, force: bool = False) -> str:
-    """Rename a file."""
+def move(src: str, dst: str) -> str:
+    """Move a file."""
     return ""
 
 
-SPECS = [list_files.spec(), rename.spec()]
+SPECS = [search.spec(), move.spec()]
 
 
 def _model(server: FakeAnthropicServer, **kw: Any) -> AnthropicModel:
@@ -59,41 +64,37 @@ async def test_history_and_tools_are_sent_as_messages() -> None:
     assert request.path == "/v1/messages"
     assert (body["model"], body["max_tokens"], body["temperature"], body["system"]) == ("fake-model", 512, 0, "Be brief.")
     assert body["messages"] == [
-        {"role": "user", "content": "Rename the file ✓"},
+        {"role": "user", "content": "Find the report and file it ✓"},
         {
             "role": "assistant",
             "content": [
-                {"type": "text", "text": "Look first."},
-                {"type": "tool_use", "id": "s1-m1", "name": "list_files", "input": {}},
+                {"type": "text", "text": "Search first."},
+                {"type": "tool_use", "id": "s1-m1", "name": "search", "input": {"query": "report"}},
             ],
         },
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "s1-m1", "content": "a.txt"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "s1-m1", "content": "q3.txt"}]},
         {
             "role": "assistant",
             "content": [
-                {"type": "tool_use", "id": "s2-a1", "name": "rename", "input": {"old": "a.txt", "new": "ä.txt"}},
-                {"type": "tool_use", "id": "s2-a2", "name": "list_files", "input": {}},
+                {"type": "tool_use", "id": "s2-a1", "name": "move", "input": {"src": "q3.txt", "dst": "ä/q3.txt"}},
+                {"type": "tool_use", "id": "s2-a2", "name": "search", "input": {"query": "q4"}},
             ],
         },
         {
             "role": "user",
             "content": [
                 {"type": "tool_result", "tool_use_id": "s2-a1", "content": "error: denied"},
-                {"type": "tool_result", "tool_use_id": "s2-a2", "content": "a.txt"},
+                {"type": "tool_result", "tool_use_id": "s2-a2", "content": "none"},
             ],
         },
     ]
-    assert body["tools"][1] == {
-        "name": "rename",
-        "description": "Rename a file.",
-        "input_schema": rename.parameters,
-    }
+    assert body["tools"][1] == {"name": "move", "description": "Move a file.", "input_schema": move.parameters}
 
 
 async def test_several_tool_uses_text_usage_and_stop_reason_are_read() -> None:
     reply = FakeResponse(
         text="Both at once.",
-        tool_calls=(("list_files", {}), ("rename", {"old": "a", "new": "b"})),
+        tool_calls=(("search", {"query": "x"}), ("move", {"src": "a", "dst": "b"})),
         usage=(120, 30),
         cache=(1000, 24),
     )
@@ -101,7 +102,7 @@ async def test_several_tool_uses_text_usage_and_stop_reason_are_read() -> None:
         out = await _model(server).complete(HISTORY[:2], SPECS)
     assert out == ModelOutput(
         text="Both at once.",
-        tool_calls=(ToolCall("list_files", {}), ToolCall("rename", {"old": "a", "new": "b"})),
+        tool_calls=(ToolCall("search", {"query": "x"}), ToolCall("move", {"src": "a", "dst": "b"})),
         usage=Usage(120, 30, cache_read_input_tokens=1000, cache_creation_input_tokens=24),
         stop_reason="tool_use",
     )
@@ -125,12 +126,12 @@ async def test_missing_usage_is_none() -> None:
 
 @pytest.mark.parametrize("raw", ["not an object", "[1, 2]"])
 async def test_a_tool_use_whose_input_is_not_an_object_is_a_malformed_response(raw: str) -> None:
-    reply = FakeResponse.tool_call("list_files", {}, usage=(80, 6), more=[("rename", raw)])
+    reply = FakeResponse.tool_call("search", {"query": "x"}, usage=(80, 6), more=[("move", raw)])
     with FakeAnthropicServer([reply]) as server:
         with pytest.raises(MalformedResponseError) as caught:
             await _model(server).complete(HISTORY[:2], SPECS)
     assert caught.value.raw == raw and caught.value.usage == Usage(80, 6)
-    assert "rename" in str(caught.value) and "not a JSON object" in str(caught.value)
+    assert "'move'" in str(caught.value) and "not a JSON object" in str(caught.value)
     assert isinstance(caught.value, TransientModelError)
 
 

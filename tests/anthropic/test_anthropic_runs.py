@@ -16,15 +16,19 @@ KEY = "sk-ant-test"
 
 
 @tool(replay="safe")
-def lookup(city: str) -> str:
-    """Look up the weather in a city."""
-    return f"{city}: 21°C, sunny"
+def tide(port: str) -> str:
+    """The next high tide at a port."""
+    return f"high tide at {port}: 14:05"
 
 
-def _agent(server: FakeAnthropicServer, *, timeout: float = 10.0, **kw: Any) -> Agent:
-    model = AnthropicModel(model="fake-model", base_url=server.base_url, api_key=KEY, timeout=timeout)
-    kw.setdefault("retry_backoff", 0.01)
-    return Agent(model=model, tools=[lookup], system="Answer briefly.", **kw)
+def _agent(server: FakeAnthropicServer, **kw: Any) -> Agent:
+    return Agent(
+        model=AnthropicModel(model="claude-fake", base_url=server.base_url, api_key=KEY, timeout=10.0),
+        tools=[tide],
+        system="Answer briefly.",
+        retry_backoff=0.01,
+        **kw,
+    )
 
 
 async def _results(store: JsonlStore, run_id: str) -> dict[str, ModelCallResult]:
@@ -32,52 +36,49 @@ async def _results(store: JsonlStore, run_id: str) -> dict[str, ModelCallResult]
 
 
 async def test_a_run_records_decisions_stop_reasons_and_the_conversation(tmp_path: Path) -> None:
-    store = JsonlStore(tmp_path)
-    script = [
-        FakeResponse.tool_call("lookup", {"city": "Oslo"}, text="Checking.", usage=(101, 12)),
-        FakeResponse.final("It is sunny in Oslo.", usage=(160, 9)),
-    ]
-    with FakeAnthropicServer(script, api_key=KEY) as server:
-        result = await _agent(server).run("weather in Oslo?", run_id="r1", store=store)
-    assert (result.reason, result.text, result.steps) == ("final_answer", "It is sunny in Oslo.", 2)
-    results = await _results(store, "r1")
+    with FakeAnthropicServer(
+        [
+            FakeResponse(text="Let me look.", tool_calls=(("tide", {"port": "Bergen"}),), usage=(310, 22)),
+            FakeResponse.final("High tide in Bergen is at 14:05.", usage=(350, 11)),
+        ],
+        api_key=KEY,
+    ) as server:
+        result = await _agent(server).run("when is high tide in Bergen?", run_id="r1", store=JsonlStore(tmp_path))
+    assert [result.reason, result.steps] == ["final_answer", 2]
+    results = await _results(JsonlStore(tmp_path), "r1")
     assert results["s1-m1"].output == {
-        "text": "Checking.",
-        "tool_call": {"name": "lookup", "args": {"city": "Oslo"}},
+        "text": "Let me look.",
+        "tool_call": {"name": "tide", "args": {"port": "Bergen"}},
         "stop_reason": "tool_use",
     }
-    assert results["s1-m1"].usage is not None and results["s1-m1"].usage["input_tokens"] == 101
-    assert results["s2-m1"].output == {"text": "It is sunny in Oslo.", "tool_call": None, "stop_reason": "end_turn"}
+    assert results["s1-m1"].usage is not None and results["s1-m1"].usage["input_tokens"] == 310
+    assert results["s2-m1"].output["stop_reason"] == "end_turn"  # type: ignore[index]
     second = server.message_requests[1].body
     assert second["system"] == "Answer briefly."
     assert second["messages"][1]["content"][1] == {
         "type": "tool_use",
         "id": "s1-m1",
-        "name": "lookup",
-        "input": {"city": "Oslo"},
+        "name": "tide",
+        "input": {"port": "Bergen"},
     }
-    assert second["messages"][2] == {
-        "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": "s1-m1", "content": "Oslo: 21°C, sunny"}],
-    }
+    assert second["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "s1-m1", "content": "high tide at Bergen: 14:05"}
+    ]
 
 
-@pytest.mark.parametrize(
-    ("failure", "words"),
-    [
-        (FakeResponse.error(429, "slow down", retry_after=0.05), "rate limited (HTTP 429) by http://127.0.0.1:"),
-        (FakeResponse.error(529, "Overloaded"), "overloaded (HTTP 529)"),
-        (FakeResponse.error(503), "server error (HTTP 503)"),
-    ],
-    ids=["429", "529", "503"],
-)
-async def test_a_transient_error_is_a_visible_failed_attempt_then_a_new_one(
-    tmp_path: Path, failure: FakeResponse, words: str
-) -> None:
+TRANSIENT = {
+    "429": (FakeResponse.error(429, "slow down", retry_after=0.05), "rate limited (HTTP 429) by http://127.0.0.1:"),
+    "529": (FakeResponse.error(529, "Overloaded"), "overloaded (HTTP 529)"),
+    "503": (FakeResponse.error(503), "server error (HTTP 503)"),
+}
+
+
+@pytest.mark.parametrize("status", sorted(TRANSIENT))
+async def test_a_transient_error_is_a_visible_failed_attempt_then_a_new_one(tmp_path: Path, status: str) -> None:
+    failure, words = TRANSIENT[status]
     store = JsonlStore(tmp_path)
     with FakeAnthropicServer([failure, FakeResponse.final("done", usage=(40, 2))]) as server:
-        result = await _agent(server).run("go", run_id="r", store=store)
-    assert result.text == "done"
+        assert (await _agent(server).run("go", run_id="r", store=store)).text == "done"
     intents = [r.result_id for r in await store.read_log("r") if isinstance(r, Intent)]
     assert intents == ["s1-m1", "s1-m2"]
     results = await _results(store, "r")
@@ -98,19 +99,15 @@ async def test_the_retry_after_the_server_asks_for_is_recorded(tmp_path: Path) -
 
 async def test_a_malformed_answer_is_asked_again_and_no_action_runs(tmp_path: Path) -> None:
     store = JsonlStore(tmp_path)
-    script = [
-        FakeResponse.tool_call("lookup", "Oslo"),
-        FakeResponse.tool_call("lookup", {"city": "Oslo"}),
-        FakeResponse.final("sunny"),
-    ]
-    with FakeAnthropicServer(script) as server:
-        result = await _agent(server).run("go", run_id="r", store=store)
-    assert result.text == "sunny"
+    # a tool_use whose input is a string, then a good one: the first is never acted on
+    answers = [FakeResponse.tool_call("tide", arg) for arg in ("Bergen", {"port": "Bergen"})]
+    with FakeAnthropicServer([*answers, FakeResponse.final("14:05")]) as server:
+        assert (await _agent(server).run("go", run_id="r", store=store)).text == "14:05"
     records = list(await store.read_log("r"))
     assert [r.result_id for r in records if isinstance(r, Intent)] == ["s1-m1", "s1-m2", "s1-a1", "s2-m1"]
     error = (await _results(store, "r"))["s1-m1"].error or ""
-    assert error.startswith("MalformedResponseError: ") and "'Oslo'" in error
-    assert [r.observation for r in records if isinstance(r, StepCompleted)][0] == "Oslo: 21°C, sunny"
+    assert error.startswith("MalformedResponseError: ") and "'Bergen'" in error
+    assert [r.observation for r in records if isinstance(r, StepCompleted)][0] == "high tide at Bergen: 14:05"
 
 
 async def test_a_permanent_error_stops_the_run_resumable(tmp_path: Path) -> None:

@@ -48,16 +48,12 @@ def test_both_calls_of_the_parallel_step_run(python: Runner, workdir: Path) -> N
 def test_a_crash_and_an_overload_through_the_cli(
     polyloop: Runner, workdir: Path, load_example: Callable[[str], ModuleType]
 ) -> None:
-    example = load_example("anthropic_agent")
-    script = [FakeResponse.error(529, "Overloaded")] + [FakeResponse.from_json(out) for out in example.SCRIPT]
-    with FakeAnthropicServer(script, api_key="sk-ant-test") as server:
-        env = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": "sk-ant-test", "POLYLOOP_MODEL": "fake-model"}
-        crashed = polyloop(
-            "run", "examples/anthropic_agent.py:agent", "--run-id", "claude", "--goal", GOAL,
-            env={**env, "POLYLOOP_DEMO_CRASH": "write_file"},
-        )
-        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
-        assert len(server.message_requests) == 3  # 529, step 1, step 2
+    answers = [FakeResponse.from_json(out) for out in load_example("anthropic_agent").SCRIPT]
+    with FakeAnthropicServer([FakeResponse.error(529, "Overloaded"), *answers], api_key="sk-ant-test") as server:
+        env = dict(ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY="sk-ant-test", POLYLOOP_MODEL="fake-model")
+        run = ["run", "examples/anthropic_agent.py:agent", "--run-id", "claude", "--goal", GOAL]
+        crashed = polyloop(*run, env=env | {"POLYLOOP_DEMO_CRASH": "write_file"})
+        assert (crashed.returncode, len(server.message_requests)) == (-signal.SIGKILL, 3), crashed.stderr  # 529, 2 steps
 
         stopped = polyloop("resume", "claude", env=env)
         assert stopped.returncode == 3, stopped.stderr
