@@ -356,8 +356,13 @@ def test_the_tool_decorator_declares_policy_and_schema():
         "description": "Write a file.",
         "parameters": {
             "type": "object",
-            "properties": {"path": {"type": "string"}, "text": {"type": "string"}, "mode": {"type": "integer"}},
+            "properties": {
+                "path": {"type": "string"},
+                "text": {"type": "string"},
+                "mode": {"type": "integer", "default": 0},
+            },
             "required": ["path", "text"],
+            "additionalProperties": False,
         },
     }
     assert "ctx" not in read_file.spec()["parameters"]["properties"]
