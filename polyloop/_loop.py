@@ -15,7 +15,6 @@ import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
 
 from ._classify import Walker, _tool_call, walk
 from ._codec import ParsedLog
@@ -56,7 +55,7 @@ from ._records import (
     representable,
 )
 from ._store import LockingStore, ProbingStore, Store
-from ._tools import Tool, ToolContext
+from ._tools import Tool, ToolContext, observation_text
 
 if TYPE_CHECKING:
     from ._agent import Agent, RunResult
@@ -170,7 +169,7 @@ def _usage_json(usage: Any) -> dict[str, int] | None:
     if not isinstance(usage, Usage):
         return None
     try:  # a model may hand over floats or strings; the log holds token counts
-        return {"input_tokens": int(usage.input_tokens), "output_tokens": int(usage.output_tokens)}
+        return usage.to_json()
     except (TypeError, ValueError):
         return None
 
@@ -272,6 +271,12 @@ class _Run:
             observation = f"error: unknown tool {nxt.tool!r}; available tools: {known}"
             await self._complete(nxt.step, None, observation, True, nxt.tool, history)
             return
+        invalid = tool.check_args(nxt.args) if nxt.attempt == 1 else None
+        if invalid is not None:
+            # Checked before the intent: arguments that do not fit the tool's
+            # schema never reach it; the model reads why and may try again.
+            await self._complete(nxt.step, None, f"error: {invalid}", True, nxt.tool, history)
+            return
         rid = f"s{nxt.step}-a{nxt.attempt}"
         key = idempotency_key(self.run_id, nxt.step, nxt.tool, nxt.args)
         await self._write(
@@ -349,17 +354,6 @@ class _CancelledAfter(asyncio.CancelledError):
     def __init__(self, outcome: tuple[str, bool]) -> None:
         super().__init__()
         self.outcome = outcome
-
-
-def observation_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    try:
-        return orjson.dumps(value, default=str).decode()
-    except TypeError:  # e.g. a file name that is not valid UTF-8
-        return orjson.dumps(representable(value), default=str).decode()
 
 
 async def _call(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import orjson
 
+from ._records import representable
+
 if TYPE_CHECKING:
     import pydantic
 
@@ -146,7 +148,10 @@ def observation_text(value: Any) -> str:
         value = value.model_dump(mode="json")
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    return orjson.dumps(value, default=_json_default).decode()
+    try:
+        return orjson.dumps(value, default=_json_default).decode()
+    except TypeError:  # text UTF-8 cannot carry, e.g. a file name from os.listdir
+        return orjson.dumps(representable(value), default=_json_default).decode()
 
 
 def _is_model(value: Any) -> bool:

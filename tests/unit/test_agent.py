@@ -128,7 +128,10 @@ async def test_tool_failures_and_unknown_tools_become_observations(memory):
     steps = classify(await memory.read_log("r")).steps
     assert steps[0].completed.observation == "error: ValueError: bad 7" and steps[0].completed.is_error
     assert "unknown tool 'nope'" in steps[1].completed.observation and steps[1].completed.result_id is None
-    assert steps[2].completed.is_error and "TypeError" in steps[2].completed.observation
+    # Arguments that do not fit the schema never reach the tool: no intent, a precise observation.
+    assert steps[2].completed.is_error and steps[2].actions == () and steps[2].completed.result_id is None
+    assert "n: required field missing" in steps[2].completed.observation
+    assert "wrong: unexpected field" in steps[2].completed.observation
 
 
 async def test_resume_skips_done_work_and_reuses_results(memory):
