@@ -21,7 +21,6 @@ from ._codec import ParsedLog
 from ._errors import (
     MAX_RETRY_AFTER,
     CorruptLogError,
-    SchemaVersionError,
     ModelCallError,
     NeedsOperatorError,
     PolyLoopError,
@@ -105,11 +104,7 @@ def records_of(taken: object, run_id: str) -> Sequence[Record] | None:
     """The records a store's lock handed back (None: it handed back nothing)."""
     if not isinstance(taken, ParsedLog):
         return None
-    if taken.schema_version is not None:
-        raise SchemaVersionError(run_id, taken.schema_version)
-    if taken.problems:
-        raise CorruptLogError(run_id, taken.problems)
-    return taken.records
+    return taken.records_or_raise(run_id)
 
 
 async def walk_off_loop(records: Sequence[Record], run_id: str) -> Walker:

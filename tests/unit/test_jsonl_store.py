@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import orjson
 import pytest
@@ -29,6 +30,7 @@ from polyloop import (
     StoreError,
 )
 from polyloop.stores import parse_log
+from polyloop.stores._disk import Disk
 
 
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
@@ -85,50 +87,57 @@ async def test_missing_run_is_not_found(store):
         await store.read_log("nope")
 
 
-async def test_fsync_happens_at_exactly_the_durable_writes(store):
-    synced: list[str] = []
-    real = store._fsync
+class SpyDisk(Disk):
+    """The real disk, recording what each fsync made durable and on which thread."""
 
-    def spy(fd):
+    def __init__(self) -> None:
+        self.synced: list[str] = []
+        self.threads: list[threading.Thread] = []
+        self.delay = 0.0
+
+    def fsync(self, fd):
         path = os.readlink(f"/proc/self/fd/{fd}")
-        if os.path.isdir(path):
-            synced.append("<dir>")
-        else:
-            with open(path, "rb") as f:
-                last = orjson.loads(f.read().splitlines()[-1])
-            synced.append(last["record"] + (":" + last["kind"] if last["record"] == "intent" else ""))
-        real(fd)
+        with open(path, "rb") as f:
+            last = orjson.loads(f.read().splitlines()[-1])
+        self.synced.append(last["record"] + (":" + last["kind"] if last["record"] == "intent" else ""))
+        self._wait()
+        super().fsync(fd)
 
-    store._fsync = spy
+    def fsync_dir(self, path):
+        self.synced.append("<dir>")
+        self._wait()
+        super().fsync_dir(path)
+
+    def _wait(self):
+        self.threads.append(threading.current_thread())
+        time.sleep(self.delay)
+
+
+@pytest.fixture
+def spy(tmp_path):
+    disk = SpyDisk()
+    return disk, JsonlStore(tmp_path / "spied", _disk=disk)
+
+
+async def test_fsync_happens_at_exactly_the_durable_writes(spy):
+    disk, store = spy
     await write_all(store)
     await store.write_resolution("r", RS)
-    assert synced == [
+    assert disk.synced == [
         "run_started", "<dir>", "intent:model_call", "intent:action", "run_finished", "resolution",
     ]
 
 
-async def test_fsync_runs_off_the_event_loop(store):
-    threads = []
-    real = store._fsync
-
-    def spy(fd):
-        threads.append(threading.current_thread())
-        real(fd)
-
-    store._fsync = spy
+async def test_fsync_runs_off_the_event_loop(spy):
+    disk, store = spy
     await write_all(store)
-    assert threads and threading.main_thread() not in threads
+    assert disk.threads and threading.main_thread() not in disk.threads
 
 
-async def test_a_slow_disk_does_not_block_the_loop(store):
-    real = store._fsync
+async def test_a_slow_disk_does_not_block_the_loop(spy):
+    disk, store = spy
+    disk.delay = 0.2
     ticks = 0
-
-    def slow(fd):
-        import time
-
-        time.sleep(0.2)
-        real(fd)
 
     async def ticker():
         nonlocal ticks
@@ -136,7 +145,6 @@ async def test_a_slow_disk_does_not_block_the_loop(store):
             await asyncio.sleep(0.01)
             ticks += 1
 
-    store._fsync = slow
     task = asyncio.create_task(ticker())
     await store.write_run_started(started())
     task.cancel()
@@ -161,36 +169,45 @@ async def test_run_started_is_exclusive_even_when_concurrent(store):
     assert first.goal in {f"g{i}" for i in range(8)}
 
 
-async def test_a_write_that_fails_halfway_leaves_no_visible_record(store):
+class FailingDisk(Disk):
+    """The real disk, until `fail` is set: then a write lands `keep` bytes and raises `fail`."""
+
+    def __init__(self) -> None:
+        self.fail: OSError | None = None
+        self.keep = 0.5
+
+    def write(self, fd, data):
+        if self.fail is None:
+            return super().write(fd, data)
+        super().write(fd, data[: int(len(data) * self.keep)])
+        raise self.fail
+
+
+async def test_a_write_that_fails_halfway_leaves_no_visible_record(tmp_path):
+    disk = FailingDisk()
+    store = JsonlStore(tmp_path / "runs", _disk=disk)
     await store.write_run_started(started())
     await store.write_intent("r", MI)
-
-    def half_then_enospc(fd, data):
-        os.write(fd, data[: len(data) // 2])
-        raise OSError(28, "No space left on device")
-
-    store._write = half_then_enospc
+    disk.fail = OSError(28, "No space left on device")
     with pytest.raises(StoreError, match="No space left"):
         await store.write_model_call_result("r", MR)
     with pytest.raises(StoreError):
         await store.write_intent("r", AI)
     assert await store.read_log("r") == [started(), MI]
     assert store.path("r").read_bytes().endswith(b"\n")
-    store._write = __import__("polyloop.stores._jsonl", fromlist=["_write_all"])._write_all
+    disk.fail = None
     await store.write_model_call_result("r", MR)
     assert (await store.read_log("r"))[-1] == MR
 
 
-async def test_a_crash_while_creating_leaves_no_run(store):
-    def die(fd, data):
-        os.write(fd, data[:10])
-        raise OSError(5, "I/O error")
-
-    store._write = die
+async def test_a_crash_while_creating_leaves_no_run(tmp_path):
+    disk = FailingDisk()
+    store = JsonlStore(tmp_path / "runs", _disk=disk)
+    disk.fail, disk.keep = OSError(5, "I/O error"), 0.1
     with pytest.raises(StoreError):
         await store.write_run_started(started())
     assert not store.path("r").exists()
-    store._write = __import__("polyloop.stores._jsonl", fromlist=["_write_all"])._write_all
+    disk.fail = None
     await store.write_run_started(started())
     assert await store.read_log("r") == [started()]
 
@@ -211,23 +228,43 @@ def good_lines():
 
 @pytest.mark.parametrize(
     "tail",
-    [b'{"record":"intent","kind":"act', b"\x00\x00\x00", b'{"rec', b"garbage\n", b"garbage\nmore garbage\n\n"],
-    ids=["cut-json", "zeros", "cut-key", "complete-garbage-line", "garbage-lines"],
+    [b'{"record":"intent","kind":"act', b"\x00\x00\x00", b'{"rec', b"{", b"garbage", b"\x00" * 4096],
+    ids=["cut-json", "zeros", "cut-key", "one-brace", "garbage-unterminated", "a-page-of-zeros"],
 )
-async def test_a_torn_tail_is_the_end_of_the_log(store, tail):
+async def test_an_unterminated_last_segment_is_a_torn_tail(store, tail):
     store.directory.mkdir(parents=True)
     store.path("r").write_bytes(good_lines() + tail)
     assert len(await store.read_log("r")) == 3
-    assert parse_log(good_lines() + tail).torn_line == 4
+    parsed = parse_log(good_lines() + tail)
+    assert parsed.torn_line == 4 and parsed.torn_offset == len(good_lines()) and not parsed.problems
 
 
-async def test_a_decodable_line_after_an_undecodable_one_is_corruption(store):
-    store.directory.mkdir(parents=True)
+@pytest.mark.parametrize(
+    "line",
+    [b"garbage\n", b'{"record":"intent","kind":"act\n', b"\x00\x00\x00\n", b'{"rec\r\n'],
+    ids=["garbage", "cut-json-then-newline", "zeros-then-newline", "crlf"],
+)
+@pytest.mark.parametrize("where", ["last", "middle"])
+async def test_a_terminated_line_that_does_not_decode_is_corruption_wherever_it_stands(store, line, where):
     lines = good_lines().splitlines(keepends=True)
-    store.path("r").write_bytes(lines[0] + b"{broken\n" + lines[1] + lines[2])
+    data = good_lines() + line if where == "last" else lines[0] + line + lines[1] + lines[2]
+    bad_line = 4 if where == "last" else 2
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(data)
     with pytest.raises(CorruptLogError) as info:
         await store.read_log("r")
-    assert info.value.problems[0].line == 3
+    # The undecodable line itself, once: not one problem per later line.
+    assert [p.line for p in info.value.problems] == [bad_line]
+    assert parse_log(data).torn_line is None
+
+
+async def test_every_undecodable_line_is_named_and_nothing_else(store):
+    lines = good_lines().splitlines(keepends=True)
+    data = lines[0] + b"{broken\n" + lines[1] + b"\x00\x00\n" + lines[2] + b'{"rec'
+    parsed = parse_log(data)
+    assert [p.line for p in parsed.problems] == [2, 4]
+    assert "NUL" in parsed.problems[1].message
+    assert parsed.torn_line == 6 and len(parsed.records) == 3
 
 
 async def test_an_invalid_record_mid_file_is_corruption_not_a_torn_tail(store):
@@ -261,13 +298,15 @@ async def test_taking_the_lock_cuts_a_torn_tail_so_appends_start_clean(store):
     assert len(await store.read_log("r")) == 4
 
 
-async def test_a_complete_last_line_without_newline_is_kept(store):
+async def test_a_complete_last_line_without_newline_is_a_torn_tail(store):
+    # Every record is written with its newline in one write: without it, the
+    # write never returned, so the record was never acknowledged.
     store.directory.mkdir(parents=True)
     store.path("r").write_bytes(good_lines().rstrip(b"\n"))
-    assert len(await store.read_log("r")) == 3
+    assert len(await store.read_log("r")) == 2
     async with store.lock("r"):
         await store.write_intent("r", Intent(kind="model_call", step=1, attempt=2, result_id="x"))
-    assert len(await store.read_log("r")) == 4
+    assert len(await store.read_log("r")) == 3
 
 
 async def test_the_lock_excludes_other_tasks_and_names_the_holder(store):
