@@ -83,6 +83,16 @@ def tree_digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def logs_digest(root: Path) -> dict[str, str]:
+    """Like `tree_digest`, but a run's lock file counts only as present.
+
+    A command that takes a run's hold and is then refused leaves every log
+    as it was; the lock file beside it names its holder while the hold
+    lasts (and is created for a log that had none).
+    """
+    return {name: ("lock" if name.endswith(".lock") else h) for name, h in tree_digest(root).items()}
+
+
 def one_line_error(done: Done) -> str:
     """Assert stderr is exactly one clear line (no traceback) and return it."""
     lines = done.stderr.splitlines()
