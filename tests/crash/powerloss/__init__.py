@@ -1,0 +1,1 @@
+"""The power-loss crash-state explorer (see README.md)."""
