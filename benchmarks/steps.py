@@ -57,7 +57,7 @@ def _jsonl_variants() -> dict[str, type]:
     from polyloop import JsonlStore
 
     class NaiveThreads(JsonlStore):
-        # Every append, fsync'd or not, through asyncio.to_thread.
+        # Every append, fsync'd or not, whole (open, write, fsync, close) through asyncio.to_thread.
         async def write_intent(self, run_id: str, record: Any) -> None:
             await self._threaded(run_id, record, True)
 
@@ -70,12 +70,22 @@ def _jsonl_variants() -> dict[str, type]:
         async def _threaded(self, run_id: str, record: Any, sync: bool) -> None:
             from polyloop._records import encode
 
-            await asyncio.to_thread(self._append, self._file(run_id), encode(record), run_id, sync=sync)
+            await asyncio.to_thread(self._whole_append, self._file(run_id), encode(record), run_id, sync)
+
+        def _whole_append(self, path: str, data: bytes, run_id: str, sync: bool) -> None:
+            fd, size = self._open(path, run_id)
+            try:
+                self._write_or_undo(fd, size, data, path, run_id)
+                if sync:
+                    self._sync(fd, size, path, run_id)
+            finally:
+                self._disk.close(fd)
 
     class FsyncOnLoop(JsonlStore):
         # Breaks "waiting on the disk never blocks the event loop": for scale only.
-        async def _append_durable(self, run_id: str, data: bytes) -> None:
-            self._append(self._file(run_id), data, run_id, sync=True)
+        # The store's one hand-off point runs the work inline instead.
+        async def _hand_off(self, fn: Any) -> Any:
+            return fn()
 
     return {
         "shipped: fsync on a disk thread, other appends inline": JsonlStore,

@@ -47,7 +47,7 @@ from ._records import encode as encode_record
 from ._store import LockingStore, Store
 from ._target import load_target, resume_run, run_target
 from ._tools import Tool, ToolContext, tool
-from ._verify import FileVerdict, VerifyReport, verify_file, verify_logs
+from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 
 __version__ = "0.1.0"

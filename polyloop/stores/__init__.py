@@ -1,5 +1,6 @@
 """Store implementations. `JsonlStore` is the embedded default."""
 
-from ._jsonl import JsonlStore, ParsedLog, parse_log
+from .._codec import ParsedLog, parse_log
+from ._jsonl import JsonlStore
 
 __all__ = ["JsonlStore", "ParsedLog", "parse_log"]

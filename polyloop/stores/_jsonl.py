@@ -1,35 +1,42 @@
 """The embedded default store: one append-only JSONL file per run.
 
-Durability rules (SPEC §6): every write opens the file, appends, fsyncs when
-the record kind requires it (`run_started`, intents, `run_finished`,
-`resolution`) and closes it. Appends that need no fsync (model call results,
-step records) are a single `write(2)` to the page cache, done inline: they
-survive a process crash at once and reach the disk with the run's next
-fsync. Every fsync happens on a small pool of dedicated writer threads, so
-waiting on the disk never blocks the event loop; one hand-off per durable
-write, two per step.
+Durability rules (docs/reference/log-format.md, "Durability"): every write
+opens the file, appends, fsyncs when the record kind requires it
+(`run_started`, intents, `run_finished`, `resolution`) and closes it. Appends
+that need no fsync (model call results, step records) are a single
+`write(2)` to the page cache, done inline: they survive a process crash at
+once and reach the disk with the run's next fsync. Every fsync happens on
+one of the store's own disk threads, so waiting on the disk never blocks the
+event loop; one hand-off per durable write, two per step.
+
+Every file-system call goes through the store's `Disk` (the fault-injection
+seam, see `_disk.py`). Only regular files directly in the directory are
+logs: a symbolic link is never followed, a FIFO or device never opened in a
+way that could block.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import glob
+import inspect
 import os
-import queue
 import re
 import socket
+import stat
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import orjson
-
+from .._codec import ParsedLog, parse_log
 from .._errors import (
     CorruptLogError,
+    InvalidRunIdError,
     Problem,
     RunActiveError,
     RunExistsError,
@@ -42,178 +49,22 @@ from .._records import (
     Intent,
     ModelCallResult,
     Record,
-    RecordError,
     Resolution,
     RunFinished,
     RunStarted,
     StepCompleted,
-    UnknownSchemaError,
-    decode,
     encode,
-    paused_gc,
 )
+from ._disk import Disk, kind_of
+from ._workers import DiskWorkers
 
+T = TypeVar("T")
 
-@dataclass(slots=True)
-class ParsedLog:
-    """What a JSONL log file holds, read without judging the run.
-
-    `records` and `lines` (1-based line numbers) are parallel. `torn_line` is
-    the first line of a torn tail (None if there is none) and `torn_offset`
-    its byte offset. `problems` lists mid-file corruption; `schema_version`
-    is set when the log's major version is unknown.
-    """
-
-    records: list[Record] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
-    torn_line: int | None = None
-    torn_offset: int | None = None
-    problems: list[Problem] = field(default_factory=list)
-    schema_version: object = None
-    ends_without_newline: bool = False
-
-    def locate(self, problem: Problem) -> Problem:
-        """`problem` (found in `records`, e.g. by the classifier) with its line number."""
-        if problem.line is None and problem.index is not None and problem.index < len(self.lines):
-            return Problem(problem.message, index=problem.index, line=self.lines[problem.index])
-        return problem
-
-
-def parse_log(data: bytes) -> ParsedLog:
-    """Split a log into records, a torn tail and corruption (SPEC §6).
-
-    The first line that does not decode ends the log; a decodable line after
-    it is corruption. Blank lines are skipped. A line that decodes as JSON
-    but is not a valid record is corruption wherever it stands.
-    """
-    with paused_gc():
-        return _parse_log(data)
-
-
-def _parse_log(data: bytes) -> ParsedLog:
-    out = ParsedLog()
-    loads = orjson.loads
-    JSONDecodeError = orjson.JSONDecodeError
-    records, numbers, problems = out.records, out.lines, out.problems
-    lines = data.split(b"\n")
-    first_bad: int | None = None  # index into lines
-    for index, line in enumerate(lines):
-        try:
-            obj = loads(line)
-        except JSONDecodeError:
-            if first_bad is None and line.strip():  # blank lines are skipped
-                first_bad = index
-            continue
-        if first_bad is not None:
-            problems.append(
-                Problem(f"line {first_bad + 1} does not decode but a later line does", line=index + 1)
-            )
-            continue
-        try:
-            record = decode(obj)
-        except UnknownSchemaError as exc:
-            out.schema_version = exc.version
-            problems.append(Problem(str(exc), line=index + 1))
-            continue
-        except RecordError as exc:
-            problems.append(Problem(str(exc), line=index + 1))
-            continue
-        records.append(record)
-        numbers.append(index + 1)
-    # Only the last piece of the split lacks a newline after it.
-    out.ends_without_newline = bool(numbers) and numbers[-1] == len(lines)
-    if first_bad is not None and not problems:
-        out.torn_line = first_bad + 1
-        out.torn_offset = sum(map(len, lines[:first_bad])) + first_bad
-        out.ends_without_newline = False
-    return out
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte (the replaceable "write these bytes" point of fault injection)."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-class _Job:
-    __slots__ = ("fn", "fut", "loop", "landed", "waiter")
-
-    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
-        self.fn = fn
-        self.loop = loop
-        self.fut: asyncio.Future[Any] = loop.create_future()
-        self.landed = False
-        self.waiter: asyncio.Future[None] | None = None
-
-
-class _DiskWorkers:
-    """Dedicated threads that run blocking disk work handed over from event loops.
-
-    Cheaper than `asyncio.to_thread` per hand-off (no executor bookkeeping),
-    and several threads let concurrent runs fsync in parallel so the file
-    system can commit them together. The task awaits the job's future
-    directly (no `asyncio.shield`, which costs a loop iteration per
-    hand-off); a cancelled task still waits for its write to land.
-    """
-
-    def __init__(self, max_threads: int = 16) -> None:
-        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._max = max_threads
-        self._threads = 0
-        self._idle = 0
-        self._lock = threading.Lock()
-
-    async def run(self, fn: Callable[[], Any]) -> Any:
-        job = _Job(fn, asyncio.get_running_loop())
-        with self._lock:
-            if self._idle == 0 and self._threads < self._max:
-                self._threads += 1
-                self._idle += 1
-                threading.Thread(target=self._work, name="polyloop-disk", daemon=True).start()
-        self._queue.put(job)
-        try:
-            return await job.fut
-        except asyncio.CancelledError:
-            # The cancellation stopped the wait, not the write: let it land
-            # whole before the caller unwinds (and perhaps releases the
-            # run's lock to another process), then re-raise.
-            while not job.landed:
-                if job.waiter is None:
-                    job.waiter = job.loop.create_future()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(job.waiter)
-            raise
-
-    def _work(self) -> None:
-        while True:
-            job = self._queue.get()
-            with self._lock:
-                self._idle -= 1
-            try:
-                value, exc = job.fn(), None
-            except BaseException as e:  # handed to the awaiting task
-                value, exc = None, e
-            with self._lock:  # idle again before the task resumes and hands over more
-                self._idle += 1
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                job.loop.call_soon_threadsafe(_settle, job, value, exc)
-
-
-def _settle(job: _Job, value: Any, exc: BaseException | None) -> None:
-    job.landed = True
-    fut = job.fut
-    if not fut.done():
-        if exc is None:
-            fut.set_result(value)
-        else:
-            fut.set_exception(exc)
-    if job.waiter is not None and not job.waiter.done():
-        job.waiter.set_result(None)
-
-
-_workers = _DiskWorkers()
+# O_NOFOLLOW: a log that is a symbolic link is refused, never followed.
+# O_NONBLOCK: opening a FIFO never waits for its other end (no effect on
+# regular files). Everything opened is checked to be a regular file.
+_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND | _SAFE
 
 
 class JsonlStore:
@@ -223,7 +74,16 @@ class JsonlStore:
     loop and for several processes sharing a directory: a run's log is
     created atomically and exclusively, and `lock` keeps each run to one live
     holder with an OS lock (`flock`) that the kernel releases when the holder
-    dies.
+    dies. Only regular files are logs: a symbolic link, FIFO or device named
+    like a log is refused (as corrupt when read, as a `StoreError` when
+    written), never followed and never waited on.
+
+    The store owns a few disk threads, started on first use. Close them with
+    `await store.aclose()` or `async with JsonlStore(directory) as store:`;
+    closing waits for the writes already handed to them. A store used after
+    `aclose` starts new threads (closing frees resources, it never makes
+    the store unusable), and a store dropped without closing ends its
+    threads when it is garbage-collected.
 
     Known gap: prefix durability (a crash of the machine keeps a prefix of
     each file's appends) is what the file system gives append-only files; it
@@ -233,19 +93,65 @@ class JsonlStore:
         directory: where the logs live; created when the first run starts.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    # The disk seam is private: the public signature is `JsonlStore(directory)`.
+    __signature__ = inspect.Signature(
+        [inspect.Parameter("directory", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    )
+
+    def __init__(self, directory: str | os.PathLike[str], *, _disk: Disk | None = None) -> None:
         self.directory = Path(directory)
-        self._prefix = os.path.join(os.fspath(self.directory), "")
-        # Internal seams for fault-injection tests; not part of any public API.
-        self._write: Callable[[int, bytes], None] = _write_all
-        self._fsync: Callable[[int], None] = os.fsync
+        self._dir = os.fspath(self.directory)
+        self._prefix = os.path.join(self._dir, "")
+        self._disk = _disk if _disk is not None else Disk()
         # The inode each run's log had when this store created or locked it,
         # so a file replaced under a live run stops the run instead of
         # receiving its records.
         self._inodes: dict[str, int] = {}
+        self._workers: DiskWorkers | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._start_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"JsonlStore({str(self.directory)!r})"
+
+    # -- the store's own threads -------------------------------------------------
+
+    async def __aenter__(self) -> JsonlStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End the store's disk threads, after the writes already handed to them.
+
+        Idempotent. The store stays usable: a later call starts new threads.
+        """
+        with self._start_lock:
+            workers, self._workers = self._workers, None
+            if self._finalizer is not None:
+                self._finalizer.detach()
+                self._finalizer = None
+        if workers is None:
+            return
+        threads = workers.stop()
+        if threads:
+            await asyncio.to_thread(_join, threads)
+
+    def _hand_off(self, fn: Callable[[], T]) -> Any:
+        """Run `fn` on one of the store's disk threads (awaitable); the one place work leaves the loop."""
+        workers = self._workers
+        if workers is None:
+            with self._start_lock:
+                workers = self._workers
+                if workers is None:
+                    workers = self._workers = DiskWorkers()
+                    # The threads hold no reference to the store; this ends
+                    # them when a store nobody closed is collected.
+                    self._finalizer = weakref.finalize(self, workers.stop)
+        return workers.run(fn)
+
+    # -- paths -------------------------------------------------------------------
 
     def path(self, run_id: str) -> Path:
         """The log file of `run_id` (raises `InvalidRunIdError` for unsafe ids)."""
@@ -255,14 +161,14 @@ class JsonlStore:
         # `path` as a plain string: pathlib's join costs more than a step's appends.
         return f"{self._prefix}{check_run_id(run_id)}.jsonl"
 
-    def _lock_path(self, run_id: str) -> Path:
-        return self.directory / f".{check_run_id(run_id)}.lock"
+    def _lock_path(self, run_id: str) -> str:
+        return f"{self._prefix}.{check_run_id(run_id)}.lock"
 
-    # -- writes ---------------------------------------------------------------
+    # -- writes ------------------------------------------------------------------
 
     async def write_run_started(self, record: RunStarted) -> None:
-        path = self.path(record.run_id)
-        await _workers.run(lambda: self._create(path, encode(record), record.run_id))
+        path, data = self._file(record.run_id), encode(record)
+        await self._hand_off(lambda: self._create(path, data, record.run_id))
 
     async def write_intent(self, run_id: str, record: Intent) -> None:
         await self._append_durable(run_id, encode(record))
@@ -294,88 +200,90 @@ class JsonlStore:
             try:
                 self._sync(fd, size, path, run_id)
             finally:
-                os.close(fd)
+                self._disk.close(fd)
 
         try:
             self._write_or_undo(fd, size, data, path, run_id)
-            await _workers.run(sync_and_close)
+            await self._hand_off(sync_and_close)
         finally:
             if not handed_over:  # the write failed, or no disk thread took the job
-                os.close(fd)
+                self._disk.close(fd)
 
-    def _append(self, path: str, data: bytes, run_id: str, *, sync: bool = False) -> None:
-        # One whole append in the calling thread: the writes that need no
-        # fsync use it inline; `sync=True` (the durable append without the
-        # hand-off) is what benchmarks/steps.py places elsewhere to compare.
+    def _append(self, path: str, data: bytes, run_id: str) -> None:
+        # One whole append in the calling thread, for the writes that need no fsync.
         fd, size = self._open(path, run_id)
         try:
             self._write_or_undo(fd, size, data, path, run_id)
-            if sync:
-                self._sync(fd, size, path, run_id)
         finally:
-            os.close(fd)
+            self._disk.close(fd)
 
     def _open(self, path: str, run_id: str) -> tuple[int, int]:
         """Open the log for one append; return the descriptor and the size before it."""
+        disk = self._disk
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            fd = disk.open(path, _APPEND)
         except FileNotFoundError:
             raise StoreError(f"log of run {run_id!r} is gone: {path} no longer exists", run_id=run_id) from None
         except OSError as exc:
-            raise StoreError(f"cannot open {path}: {exc.strerror}", run_id=run_id) from exc
+            raise StoreError(f"cannot open {path}: {_why(path, exc)}", run_id=run_id) from exc
         try:
-            stat = os.fstat(fd)
+            info = disk.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(
+                    f"cannot append to {path}: it is {kind_of(info.st_mode)}, not a regular file", run_id=run_id
+                )
             expected = self._inodes.get(run_id)
-            if expected is not None and stat.st_ino != expected:
+            if expected is not None and info.st_ino != expected:
                 raise StoreError(
                     f"log of run {run_id!r} was replaced under the run: {path} is another file now",
                     run_id=run_id,
                 )
         except BaseException:
-            os.close(fd)
+            disk.close(fd)
             raise
-        return fd, stat.st_size
+        return fd, info.st_size
 
     def _write_or_undo(self, fd: int, size: int, data: bytes, path: str, run_id: str) -> None:
         try:
-            self._write(fd, data)
+            self._disk.write(fd, data)
         except OSError as exc:
             self._undo(fd, size)
             raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
 
     def _sync(self, fd: int, size: int, path: str, run_id: str) -> None:
         try:
-            self._fsync(fd)
+            self._disk.fsync(fd)
         except OSError as exc:
             self._undo(fd, size)
             raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
 
-    @staticmethod
-    def _undo(fd: int, size: int) -> None:
+    def _undo(self, fd: int, size: int) -> None:
         # Take a partial or unsynced append back so the log keeps a clean
         # end; if even that fails, readers drop it as a torn tail.
         with contextlib.suppress(OSError):
-            os.ftruncate(fd, size)
+            self._disk.ftruncate(fd, size)
 
-    def _create(self, path: Path, data: bytes, run_id: str) -> None:
+    def _create(self, path: str, data: bytes, run_id: str) -> None:
         # Write the first record to a private file, make it durable, then
         # publish it with link(2): like O_CREAT|O_EXCL it fails if the log
-        # exists, and a crash at any point leaves no log or a complete one.
+        # exists (even as a dangling link), and a crash at any point leaves
+        # no log or a complete one.
+        disk = self._disk
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            disk.mkdir(self._dir)
             self._sweep_stale_creations(run_id)
-            tmp = self.directory / f".{run_id}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            tmp = f"{self._prefix}.{run_id}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+            fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(f"cannot create a log in {self.directory}: {exc.strerror}", run_id=run_id) from exc
         try:
             try:
-                self._write(fd, data)
-                self._fsync(fd)
-                inode = os.fstat(fd).st_ino
+                disk.write(fd, data)
+                disk.fsync(fd)
+                inode = disk.fstat(fd).st_ino
             finally:
-                os.close(fd)
-            os.link(tmp, path)
+                disk.close(fd)
+            disk.link(tmp, path)
             self._inodes[run_id] = inode
         except FileExistsError:
             raise RunExistsError(run_id) from None
@@ -383,65 +291,95 @@ class JsonlStore:
             raise StoreError(f"cannot create {path}: {exc.strerror or exc}", run_id=run_id) from exc
         finally:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        self._fsync_directory(run_id)
+                disk.unlink(tmp)
+        try:
+            disk.fsync_dir(self._dir)
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
 
     def _sweep_stale_creations(self, run_id: str) -> None:
         # A crash during creation leaves `.<run_id>.<pid>.<rand>.tmp`; remove
         # those whose creator is dead (a live one may be mid-creation).
         pattern = re.compile(rf"\.{re.escape(run_id)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
-        for leftover in self.directory.glob(f".{glob.escape(run_id)}.*.tmp"):
-            match = pattern.fullmatch(leftover.name)
+        for leftover in glob.glob(f"{glob.escape(self._prefix)}.{glob.escape(run_id)}.*.tmp"):
+            match = pattern.fullmatch(os.path.basename(leftover))
             if match and not _alive(int(match.group(1))):
                 with contextlib.suppress(OSError):
-                    leftover.unlink()
+                    self._disk.unlink(leftover)
 
-    def _fsync_directory(self, run_id: str) -> None:
+    # -- reads -------------------------------------------------------------------
+
+    def _load(self, run_id: str) -> ParsedLog:
+        """Read and parse the log (on a disk thread); a non-regular file is one problem."""
+        path = self._file(run_id)
         try:
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                self._fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
-
-    # -- reads ----------------------------------------------------------------
-
-    def _read_bytes(self, run_id: str) -> bytes:
-        path = self.path(run_id)
-        try:
-            return path.read_bytes()
+            data = self._disk.read(path)
         except FileNotFoundError:
             raise RunNotFoundError(run_id, str(self.directory)) from None
-        except IsADirectoryError:
-            raise StoreError(f"{path} is a directory, not a log", run_id=run_id) from None
         except OSError as exc:
-            raise StoreError(f"cannot read {path}: {exc.strerror}", run_id=run_id) from exc
+            problem = not_regular_problem(path, exc)
+            if problem is not None:
+                return ParsedLog(problems=[problem])
+            raise StoreError(f"cannot read {path}: {exc.strerror or exc}", run_id=run_id) from exc
+        return parse_log(data)
 
     async def read_log(self, run_id: str) -> list[Record]:
         """Every record of the run in order, without a torn tail.
 
+        The file is read and decoded on a disk thread, so a long log does not
+        stall the event loop.
+
         Raises:
             InvalidRunIdError: the run id is not a safe file name.
             RunNotFoundError: there is no log for the run id.
-            CorruptLogError: a line in the middle does not decode, or a line
-                is not a valid record (`SchemaVersionError` for an unknown
-                major version).
+            CorruptLogError: a line does not decode (other than a torn
+                tail), a line is not a valid record (`SchemaVersionError` for
+                an unknown major version), or the log is not a regular file.
             StoreError: the file cannot be read.
         """
-        data = await asyncio.to_thread(self._read_bytes, run_id)
-        return _records_or_raise(run_id, parse_log(data))
+        check_run_id(run_id)
+        return _records_or_raise(run_id, await self._hand_off(lambda: self._load(run_id)))
 
     async def read_parsed(self, run_id: str) -> ParsedLog:
-        """The log with its line numbers and torn tail, without judging it."""
-        return parse_log(await asyncio.to_thread(self._read_bytes, run_id))
+        """The log with its line numbers, torn tail and problems, without judging the run.
+
+        A log that is not a regular file comes back as a `ParsedLog` with one
+        problem (no line) saying what it is.
+
+        Raises:
+            InvalidRunIdError, RunNotFoundError, StoreError: as `read_log`.
+        """
+        check_run_id(run_id)
+        return await self._hand_off(lambda: self._load(run_id))
 
     def exists(self, run_id: str) -> bool:
-        """Whether a log exists for the run id."""
-        return self.path(run_id).exists()
+        """Whether anything (a log, or a file in its way) exists at the run's log path."""
+        return os.path.lexists(self._file(run_id))
 
-    # -- the run lock -----------------------------------------------------------
+    async def list_runs(self) -> list[str]:
+        """The run ids of the directory's logs, sorted: regular `*.jsonl` files with a safe id.
+
+        A missing directory has no runs. Files that are not regular (a link,
+        a FIFO) are left out here; `verify_logs` reports them.
+
+        Raises:
+            StoreError: the directory cannot be listed.
+        """
+        return await self._hand_off(self._list)
+
+    def _list(self) -> list[str]:
+        try:
+            entries = os.scandir(self._dir)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StoreError(f"cannot list {self.directory}: {exc.strerror or exc}") from exc
+        with entries:
+            names = [e.name[: -len(".jsonl")] for e in entries if e.name.endswith(".jsonl")
+                     and e.is_file(follow_symlinks=False)]
+        return sorted(n for n in names if _safe(n))
+
+    # -- the run lock --------------------------------------------------------------
 
     def holder(self, run_id: str) -> str | None:
         """Who holds the run right now (e.g. `pid 41 on host`), or None if nobody does.
@@ -450,10 +388,12 @@ class JsonlStore:
         without touching the log.
         """
         try:
-            fd = os.open(self._lock_path(run_id), os.O_RDONLY)
+            fd = os.open(self._lock_path(run_id), os.O_RDONLY | _SAFE)
         except OSError:
             return None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -464,74 +404,141 @@ class JsonlStore:
             os.close(fd)
 
     @contextlib.asynccontextmanager
-    async def lock(self, run_id: str) -> AsyncIterator[None]:
-        """Hold the run for this task until the block exits.
+    async def lock(self, run_id: str) -> AsyncIterator[ParsedLog | None]:
+        """Hold the run for this task until the block exits; yield its log as read under the hold.
 
         The hold is an exclusive `flock` on `<directory>/.<run_id>.lock`,
         released by the kernel if the process dies. On entry, a torn tail
-        left by a crash is cut off so that new records start on a fresh line
-        (the torn write was never acknowledged).
+        left by a crash (an unterminated last line that does not decode) is
+        cut off, and a whole last record missing its newline gets it, so new
+        records start on a fresh line; a newline-terminated line is never
+        cut. The block receives the `ParsedLog` read while doing so — its
+        records are exactly what `read_log` returns now — or None when the
+        run has no log yet. A corrupt log is yielded as it is (with its
+        `problems`), never changed: refusing it is the caller's decision.
 
         Raises:
             RunActiveError: another process or task holds the run.
-            StoreError: the lock file cannot be created.
+            StoreError: the lock file cannot be created or used, or the
+                torn tail cannot be cut.
         """
         path = self._lock_path(run_id)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot create the lock {path}: {exc.strerror}", run_id=run_id) from exc
+        fd = self._open_lock(path, run_id)
+        disk = self._disk
         try:
             await _take(fd, run_id)
         except BaseException:
-            os.close(fd)
+            disk.close(fd)
             raise
         try:
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-            await asyncio.to_thread(self._seal_tail, run_id)
-            with contextlib.suppress(OSError):
-                self._inodes[run_id] = self.path(run_id).stat().st_ino
-            yield
+                disk.ftruncate(fd, 0)
+                disk.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+            parsed, inode = await self._hand_off(lambda: self._seal_tail(run_id))
+            if inode is not None:
+                self._inodes[run_id] = inode
+            yield parsed
         finally:
             self._inodes.pop(run_id, None)
             # Clear the holder's name while still holding, then let go.
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)
+                disk.ftruncate(fd, 0)
+            disk.close(fd)
 
-    def _seal_tail(self, run_id: str) -> None:
-        path = self.path(run_id)
+    def _open_lock(self, path: str, run_id: str) -> int:
+        disk = self._disk
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return
+            disk.mkdir(self._dir)
+            fd = disk.open(path, os.O_RDWR | os.O_CREAT | _SAFE, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot read {path}: {exc.strerror}", run_id=run_id) from exc
-        if not data:
-            return
-        parsed = parse_log(data)
+            raise StoreError(f"cannot create the lock {path}: {_why(path, exc)}", run_id=run_id) from exc
+        try:
+            mode = disk.fstat(fd).st_mode
+        except OSError as exc:
+            disk.close(fd)
+            raise StoreError(f"cannot use the lock {path}: {exc.strerror}", run_id=run_id) from exc
+        if not stat.S_ISREG(mode):
+            disk.close(fd)
+            raise StoreError(f"cannot use the lock {path}: it is {kind_of(mode)}, not a regular file", run_id=run_id)
+        return fd
+
+    def _seal_tail(self, run_id: str) -> tuple[ParsedLog | None, int | None]:
+        """Cut a torn tail (or end a whole last record's line); return the log as it is now and its inode."""
+        path = self._file(run_id)
+        try:
+            parsed = self._load(run_id)
+        except RunNotFoundError:
+            return None, None
         if parsed.problems:
-            return  # corruption is refused by the reader, never repaired
+            return parsed, None  # corruption is refused by the reader, never repaired
+        disk = self._disk
         try:
             if parsed.torn_offset is not None:
-                fd = os.open(path, os.O_WRONLY)
+                fd = disk.open(path, os.O_WRONLY | _SAFE)
                 try:
-                    os.ftruncate(fd, parsed.torn_offset)
-                    self._fsync(fd)
+                    self._check_regular(fd, path, run_id)
+                    disk.ftruncate(fd, parsed.torn_offset)
+                    disk.fsync(fd)
                 finally:
-                    os.close(fd)
+                    disk.close(fd)
+                parsed.torn_line = parsed.torn_offset = None
             elif parsed.ends_without_newline:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                fd = disk.open(path, _APPEND)
                 try:
-                    self._write(fd, b"\n")
-                    self._fsync(fd)
+                    self._check_regular(fd, path, run_id)
+                    disk.write(fd, b"\n")
+                    disk.fsync(fd)
                 finally:
-                    os.close(fd)
+                    disk.close(fd)
+                parsed.ends_without_newline = False
+            inode = os.lstat(path).st_ino
         except OSError as exc:
-            raise StoreError(f"cannot prepare {path} for appending: {exc.strerror}", run_id=run_id) from exc
+            raise StoreError(f"cannot prepare {path} for appending: {_why(path, exc)}", run_id=run_id) from exc
+        return parsed, inode
+
+    def _check_regular(self, fd: int, path: str, run_id: str) -> None:
+        mode = self._disk.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"cannot append to {path}: it is {kind_of(mode)}, not a regular file", run_id=run_id)
+
+
+def not_regular_problem(path: str, exc: OSError) -> Problem | None:
+    """The problem to report when `exc` came from a log path that is not a regular file; else None."""
+    kind = _not_regular(path, exc)
+    if kind is None:
+        return None
+    return Problem(
+        f"{path} is {kind}, not a regular file: a log is never read through a link, from a FIFO or from a device"
+    )
+
+
+def _not_regular(path: str, exc: OSError) -> str | None:
+    """What `path` is, if `exc` came from it not being a regular file (a link, a FIFO...)."""
+    if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.ENXIO, errno.EISDIR):
+        return None
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def _why(path: str, exc: OSError) -> str:
+    kind = _not_regular(path, exc)
+    return f"it is {kind}, not a regular file" if kind else str(exc.strerror or exc)
+
+
+def _safe(run_id: str) -> bool:
+    try:
+        check_run_id(run_id)
+    except InvalidRunIdError:
+        return False
+    return True
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
 
 
 def _alive(pid: int) -> bool:
@@ -576,4 +583,3 @@ def _records_or_raise(run_id: str, parsed: ParsedLog) -> list[Record]:
     if parsed.problems:
         raise CorruptLogError(run_id, parsed.problems)
     return parsed.records
-

@@ -17,7 +17,7 @@ from .._records import (
     StepCompleted,
     encode,
 )
-from ..stores._jsonl import parse_log
+from .._codec import parse_log
 
 
 class MemoryStore:

@@ -43,6 +43,7 @@ from polyloop import (
     mark_resolved,
     run_target,
 )
+from polyloop.stores._disk import Disk
 
 KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
 FAULT = os.environ.get("POLYLOOP_FAULT", "")
@@ -56,38 +57,50 @@ def _fd_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
+class CueDisk(Disk):
+    """The real disk, which kills the process inside the log's creation or fails one write on cue."""
+
+    def __init__(self) -> None:
+        self.fault = ""  # "enospc" or "eio-fsync" while the cued write runs
+
+    # -- kills inside the creation of the log --------------------------------
+
+    def write(self, fd: int, data: bytes) -> None:
+        if self.fault == "enospc":
+            super().write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if KILL_AT.startswith("create:") and _fd_path(fd).endswith(".tmp"):
+            if KILL_AT == "create:partial-write":
+                super().write(fd, data[: len(data) // 2])
+                die()
+            super().write(fd, data)
+            if KILL_AT == "create:before-fsync":
+                die()
+            return
+        super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if self.fault == "eio-fsync":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        super().fsync(fd)
+        if KILL_AT == "create:before-link" and _fd_path(fd).endswith(".tmp"):
+            die()
+
+    def fsync_dir(self, path: str) -> None:
+        if KILL_AT == "create:before-dir-fsync":
+            die()
+        if self.fault == "eio-fsync":
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        super().fsync_dir(path)
+
+
 class CueStore(JsonlStore):
     """The real JSONL store, with a kill or a fault at one chosen write."""
 
     def __init__(self, directory: str) -> None:
-        super().__init__(directory)
+        self.disk = CueDisk()
+        super().__init__(directory, _disk=self.disk)
         self.counts: Counter[str] = Counter()
-        self._real_write = self._write
-        self._real_fsync = self._fsync
-        if KILL_AT.startswith("create:"):
-            self._write = self._create_write
-            self._fsync = self._create_fsync
-
-    # -- kills inside the creation of the log --------------------------------
-
-    def _create_write(self, fd: int, data: bytes) -> None:
-        if _fd_path(fd).endswith(".tmp"):
-            if KILL_AT == "create:partial-write":
-                os.write(fd, data[: len(data) // 2])
-                die()
-            self._real_write(fd, data)
-            if KILL_AT == "create:before-fsync":
-                die()
-            return
-        self._real_write(fd, data)
-
-    def _create_fsync(self, fd: int) -> None:
-        path = _fd_path(fd)
-        if os.path.isdir(path) and KILL_AT == "create:before-dir-fsync":
-            die()
-        self._real_fsync(fd)
-        if path.endswith(".tmp") and KILL_AT == "create:before-link":
-            die()
 
     # -- kills and faults around whole writes ---------------------------------
 
@@ -98,16 +111,13 @@ class CueStore(JsonlStore):
             die()
         fault, _, where = FAULT.partition(":")
         if where == point:
-            if fault == "enospc":
-                self._write = _half_then_enospc
-            elif fault == "eio-fsync":
-                self._fsync = _eio
-            else:
+            if fault not in ("enospc", "eio-fsync"):
                 raise ValueError(f"unknown fault {FAULT!r}")
+            self.disk.fault = fault
         try:
             await write
         finally:
-            self._write, self._fsync = self._real_write, self._real_fsync
+            self.disk.fault = ""
         if KILL_AT == f"after:{point}":
             die()
 
@@ -128,15 +138,6 @@ class CueStore(JsonlStore):
 
     async def write_resolution(self, run_id, record):
         await self._cue("resolution", super().write_resolution(run_id, record))
-
-
-def _half_then_enospc(fd: int, data: bytes) -> None:
-    os.write(fd, data[: len(data) // 2])
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
-def _eio(fd: int) -> None:
-    raise OSError(errno.EIO, os.strerror(errno.EIO))
 
 
 def exit_code(exc: PolyLoopError) -> int:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import orjson
 import pytest
@@ -29,6 +30,7 @@ from polyloop import (
     StoreError,
 )
 from polyloop.stores import parse_log
+from polyloop.stores._disk import Disk
 
 
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
@@ -85,50 +87,57 @@ async def test_missing_run_is_not_found(store):
         await store.read_log("nope")
 
 
-async def test_fsync_happens_at_exactly_the_durable_writes(store):
-    synced: list[str] = []
-    real = store._fsync
+class SpyDisk(Disk):
+    """The real disk, recording what each fsync made durable and on which thread."""
 
-    def spy(fd):
+    def __init__(self) -> None:
+        self.synced: list[str] = []
+        self.threads: list[threading.Thread] = []
+        self.delay = 0.0
+
+    def fsync(self, fd):
         path = os.readlink(f"/proc/self/fd/{fd}")
-        if os.path.isdir(path):
-            synced.append("<dir>")
-        else:
-            with open(path, "rb") as f:
-                last = orjson.loads(f.read().splitlines()[-1])
-            synced.append(last["record"] + (":" + last["kind"] if last["record"] == "intent" else ""))
-        real(fd)
+        with open(path, "rb") as f:
+            last = orjson.loads(f.read().splitlines()[-1])
+        self.synced.append(last["record"] + (":" + last["kind"] if last["record"] == "intent" else ""))
+        self._wait()
+        super().fsync(fd)
 
-    store._fsync = spy
+    def fsync_dir(self, path):
+        self.synced.append("<dir>")
+        self._wait()
+        super().fsync_dir(path)
+
+    def _wait(self):
+        self.threads.append(threading.current_thread())
+        time.sleep(self.delay)
+
+
+@pytest.fixture
+def spy(tmp_path):
+    disk = SpyDisk()
+    return disk, JsonlStore(tmp_path / "spied", _disk=disk)
+
+
+async def test_fsync_happens_at_exactly_the_durable_writes(spy):
+    disk, store = spy
     await write_all(store)
     await store.write_resolution("r", RS)
-    assert synced == [
+    assert disk.synced == [
         "run_started", "<dir>", "intent:model_call", "intent:action", "run_finished", "resolution",
     ]
 
 
-async def test_fsync_runs_off_the_event_loop(store):
-    threads = []
-    real = store._fsync
-
-    def spy(fd):
-        threads.append(threading.current_thread())
-        real(fd)
-
-    store._fsync = spy
+async def test_fsync_runs_off_the_event_loop(spy):
+    disk, store = spy
     await write_all(store)
-    assert threads and threading.main_thread() not in threads
+    assert disk.threads and threading.main_thread() not in disk.threads
 
 
-async def test_a_slow_disk_does_not_block_the_loop(store):
-    real = store._fsync
+async def test_a_slow_disk_does_not_block_the_loop(spy):
+    disk, store = spy
+    disk.delay = 0.2
     ticks = 0
-
-    def slow(fd):
-        import time
-
-        time.sleep(0.2)
-        real(fd)
 
     async def ticker():
         nonlocal ticks
@@ -136,7 +145,6 @@ async def test_a_slow_disk_does_not_block_the_loop(store):
             await asyncio.sleep(0.01)
             ticks += 1
 
-    store._fsync = slow
     task = asyncio.create_task(ticker())
     await store.write_run_started(started())
     task.cancel()
@@ -161,36 +169,45 @@ async def test_run_started_is_exclusive_even_when_concurrent(store):
     assert first.goal in {f"g{i}" for i in range(8)}
 
 
-async def test_a_write_that_fails_halfway_leaves_no_visible_record(store):
+class FailingDisk(Disk):
+    """The real disk, until `fail` is set: then a write lands `keep` bytes and raises `fail`."""
+
+    def __init__(self) -> None:
+        self.fail: OSError | None = None
+        self.keep = 0.5
+
+    def write(self, fd, data):
+        if self.fail is None:
+            return super().write(fd, data)
+        super().write(fd, data[: int(len(data) * self.keep)])
+        raise self.fail
+
+
+async def test_a_write_that_fails_halfway_leaves_no_visible_record(tmp_path):
+    disk = FailingDisk()
+    store = JsonlStore(tmp_path / "runs", _disk=disk)
     await store.write_run_started(started())
     await store.write_intent("r", MI)
-
-    def half_then_enospc(fd, data):
-        os.write(fd, data[: len(data) // 2])
-        raise OSError(28, "No space left on device")
-
-    store._write = half_then_enospc
+    disk.fail = OSError(28, "No space left on device")
     with pytest.raises(StoreError, match="No space left"):
         await store.write_model_call_result("r", MR)
     with pytest.raises(StoreError):
         await store.write_intent("r", AI)
     assert await store.read_log("r") == [started(), MI]
     assert store.path("r").read_bytes().endswith(b"\n")
-    store._write = __import__("polyloop.stores._jsonl", fromlist=["_write_all"])._write_all
+    disk.fail = None
     await store.write_model_call_result("r", MR)
     assert (await store.read_log("r"))[-1] == MR
 
 
-async def test_a_crash_while_creating_leaves_no_run(store):
-    def die(fd, data):
-        os.write(fd, data[:10])
-        raise OSError(5, "I/O error")
-
-    store._write = die
+async def test_a_crash_while_creating_leaves_no_run(tmp_path):
+    disk = FailingDisk()
+    store = JsonlStore(tmp_path / "runs", _disk=disk)
+    disk.fail, disk.keep = OSError(5, "I/O error"), 0.1
     with pytest.raises(StoreError):
         await store.write_run_started(started())
     assert not store.path("r").exists()
-    store._write = __import__("polyloop.stores._jsonl", fromlist=["_write_all"])._write_all
+    disk.fail = None
     await store.write_run_started(started())
     assert await store.read_log("r") == [started()]
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ._classify import check
-from .stores._jsonl import parse_log
+from .._classify import check
+from .._codec import parse_log
 
 FileStatus = Literal["ok", "torn_tail", "corrupt"]
 

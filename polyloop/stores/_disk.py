@@ -1,0 +1,131 @@
+"""The file-system calls of the JSONL store, one method each: its fault-injection seam.
+
+`JsonlStore` does every file-system operation on its logs through a `Disk`
+(given as the private `_disk` constructor argument), so a test can subclass it
+to make a write or an fsync fail halfway, and the power-loss explorer can
+record each operation in order. Locking (`flock`), reading the lock file's
+holder name and listing the directory are not file-system changes and do not
+go through it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+# A log is read whole; this bounds what one read may take, so a file that
+# grows without end (a symlink to /dev/zero is refused anyway) cannot eat
+# the memory of the process. Far above any real log (100,000 steps ≈ 77 MB).
+MAX_READ = 8 << 30
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words for an error message."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def not_regular(path: str, mode: int) -> OSError:
+    """The error for a log path that is not a regular file (EINVAL, with what it is)."""
+    return OSError(errno.EINVAL, f"not a regular file but {kind_of(mode)}", path)
+
+
+class Disk:
+    """Blocking file-system calls, each one a method a subclass can replace.
+
+    Every method raises `OSError` as the system call does; the store turns
+    those into `StoreError` or `CorruptLogError`. Methods run on the store's
+    disk threads or inline on the event loop's thread (appends that need no
+    fsync), so a subclass must be thread-safe.
+    """
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """`os.open`: a file descriptor for `path`."""
+        return os.open(path, flags, mode)
+
+    def write(self, fd: int, data: bytes) -> None:
+        """Write every byte of `data` at the descriptor's position (looping over short writes)."""
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def fsync(self, fd: int) -> None:
+        """`os.fsync`: the file's data and size are on the disk when it returns."""
+        os.fsync(fd)
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        """`os.ftruncate`: cut the file to `size` bytes."""
+        os.ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        """`os.close`."""
+        os.close(fd)
+
+    def link(self, src: str, dst: str) -> None:
+        """`os.link`: publish `src` as `dst`; fails with `FileExistsError` if `dst` exists."""
+        os.link(src, dst)
+
+    def rename(self, src: str, dst: str) -> None:
+        """`os.rename`: replace `dst` by `src` atomically."""
+        os.rename(src, dst)
+
+    def unlink(self, path: str) -> None:
+        """`os.unlink` (a symbolic link is removed, never followed)."""
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        """Create the directory `path` and any missing parents; nothing if it exists."""
+        os.makedirs(path, exist_ok=True)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make the directory's entries (a new link, a removal) durable."""
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self, path: str) -> bytes:
+        """The whole content of the regular file `path`.
+
+        Never follows a symbolic link (`ELOOP`), never blocks on a FIFO and
+        refuses anything that is not a regular file (`EINVAL`, naming what
+        it is); reads at most `MAX_READ` bytes (`EFBIG` beyond).
+        """
+        fd = os.open(path, _READ_FLAGS)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise not_regular(path, info.st_mode)
+            if info.st_size > MAX_READ:
+                raise OSError(errno.EFBIG, f"larger than {MAX_READ} bytes", path)
+            chunks = [os.read(fd, info.st_size)] if info.st_size else []
+            total = sum(map(len, chunks))
+            while True:  # the file may have grown since fstat, or the first read came short
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > MAX_READ:
+                    raise OSError(errno.EFBIG, f"larger than {MAX_READ} bytes", path)
+                chunks.append(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        """`os.fstat`."""
+        return os.fstat(fd)
