@@ -40,6 +40,7 @@ class Tally:
     generated: int = 0
     distinct: int = 0  # distinct (digest, marks)
     digests: set[str] = field(default_factory=set)  # distinct directory trees
+    checked: int = 0  # states a checker looked at
 
     def add(self, other: Tally) -> None:
         self.points += other.points
@@ -48,12 +49,14 @@ class Tally:
         self.generated += other.generated
         self.distinct += other.distinct
         self.digests |= other.digests
+        self.checked += other.checked
 
     def __str__(self) -> str:
         return (
             f"{self.points} crash points ({self.exhaustive_points} enumerated whole, "
             f"{self.sampled_points} sampled), {self.generated} states generated, "
-            f"{self.distinct} distinct, {len(self.digests)} distinct directory trees"
+            f"{self.distinct} distinct, {len(self.digests)} distinct directory trees, "
+            f"{self.checked} checked"
         )
 
 

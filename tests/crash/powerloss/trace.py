@@ -93,6 +93,10 @@ class Trace:
     world: list[dict[str, Any]] = field(default_factory=list)
     label: str = "trace"
 
+    def initial_inode(self, path: str) -> int:
+        """The inode number of a file that existed before the first op (they count down from -1)."""
+        return -1 - sorted(self.files).index(path)
+
     def marks_before(self, point: int) -> list[dict[str, Any]]:
         """The world's marks, then every mark among the first `point` ops."""
         return [*self.world, *(op.mark for op in self.ops[:point] if op.kind == "mark" and op.mark)]
