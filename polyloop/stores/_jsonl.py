@@ -107,6 +107,7 @@ class JsonlStore:
         # so a file replaced under a live run stops the run instead of
         # receiving its records.
         self._inodes: dict[str, int] = {}
+        self._parent_synced = False
         self._workers: DiskWorkers | None = None
         self._finalizer: weakref.finalize | None = None
         self._start_lock = threading.Lock()
@@ -294,6 +295,13 @@ class JsonlStore:
                 disk.unlink(tmp)
         try:
             disk.fsync_dir(self._dir)
+            if not self._parent_synced:
+                # The directory's own name must be durable too (the store may
+                # have just made it): syncing a directory does not sync its
+                # entry in its parent. Once per store is enough for the names
+                # made before it.
+                disk.fsync_dir(os.path.dirname(os.path.abspath(self._dir)))
+                self._parent_synced = True
         except OSError as exc:
             raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
 
