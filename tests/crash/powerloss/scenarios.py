@@ -261,22 +261,29 @@ async def drive(world: World, store: JsonlStore, run: Run, *, limit: int = 8) ->
 
 
 async def record(
-    scenario: Scenario, root: Path, *, label: str | None = None, world: Sequence[dict[str, Any]] = ()
+    scenario: Scenario,
+    root: Path,
+    *,
+    label: str | None = None,
+    world: Sequence[dict[str, Any]] = (),
+    store_type: type[AckingStore] = AckingStore,
+    disk_type: type[RecordingDisk] = RecordingDisk,
 ) -> Trace:
     """Record one session of `scenario` in `root` (whose contents become the trace's start).
 
     With `world` (the marks of an earlier session) the session is a recovery: nothing
-    crashes or fails on purpose.
+    crashes or fails on purpose. `store_type` and `disk_type` let a test record a
+    deliberately broken store, to show the checker catches it.
     """
     runs = root / "runs"
     if not scenario.fresh_directory and not world:
         runs.mkdir(parents=True, exist_ok=True)
     label = label or scenario.name
-    disk = RecordingDisk(root, label=label, world=list(world))
+    disk = disk_type(root, label=label, world=list(world))
     w = World(marks=list(world), disk=disk, session=label)
     if not world:
         w.crash, w.fail = set(scenario.crash), dict(scenario.fail)
-    async with AckingStore(runs, w, _disk=disk) as store:
+    async with store_type(runs, w, _disk=disk) as store:
         await asyncio.gather(*(drive(w, store, run) for run in scenario.runs))
     return disk.trace
 
