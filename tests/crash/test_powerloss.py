@@ -34,8 +34,8 @@ SEED = int(os.environ.get("POLYLOOP_POWERLOSS_SEED") or 16)
 PER_POINT = 60 if FULL else 3
 # States checked per trace (None: all); the fast sample takes a seeded subset.
 CHECKED = None if FULL else 60
-RESUMES = 8 if FULL else 2  # crash states each scenario's recovery is recorded on
-RESUME_PER_POINT = 30 if FULL else 2
+RESUMES = 6 if FULL else 2  # crash states each scenario's recovery is recorded on
+RESUME_PER_POINT = 20 if FULL else 2
 RESUME_CHECKED = None if FULL else 25
 
 TOTAL = Tally()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
+
+import pytest
 
 from powerloss.explore import Tally, explore, point_states
 from powerloss.model import FileFuture, frontiers
@@ -135,3 +138,19 @@ def test_large_points_are_sampled_within_budget_and_reproducibly():
 def test_frontiers_walk_every_point():
     ops = _created()
     assert [f.point for f in frontiers(Trace(ops))] == list(range(len(ops) + 1))
+
+
+def test_the_readme_example_runs_and_catches_a_missing_directory_sync(tmp_path, monkeypatch):
+    """The README's session for a third-party store is true, and has teeth."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # where its mkdtemp() goes
+    readme = (Path(__file__).parent / "powerloss" / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    broken = code.replace("    disk.fsync_dir(directory)\n", "")
+    assert broken != code
+    with pytest.raises(AssertionError):
+        exec(compile(broken, "README.md", "exec"), {"__name__": "readme"})
+    unsynced = code.replace("        disk.fsync(fd)\n", "")
+    assert unsynced != code
+    with pytest.raises(AssertionError):
+        exec(compile(unsynced, "README.md", "exec"), {"__name__": "readme"})

@@ -16,7 +16,7 @@ For one crash state (`explore.Found`) of a scenario's trace:
    `Agent.run` resumes, or starts the run again when its log is gone, and
    unknown `never` actions are settled from the world with
    `mark_resolved`): the run must reach its scripted final answer (a run id
-   is never stuck), every `never` action must have happened exactly once
+   is never stuck), every `never` action must have happened once (not twice, not never)
    in the world, every `safe` one at least once.
 5. `verify` again: every log ok, no torn tail left.
 
