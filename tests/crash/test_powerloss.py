@@ -48,10 +48,12 @@ async def _check_all(found: list[Found], name: str, tally: Tally, limit: int | N
     for f in found:
         problems = await check(f, SCENARIOS[name])
         if problems:
-            failures.append(f"{f.trace.label} after op {f.point}: {problems}\n  files: {sorted(f.state.files)}")
+            files = sorted(f.state.files)
+            failures.append(f"{f.trace.label} after op {f.point}: {problems}\n  files: {files}")
     tally.checked += len(found)
     if failures:
-        pytest.fail(f"{len(failures)} of {len(found)} states fail:\n" + "\n".join(failures[:10]), pytrace=False)
+        head = f"{len(failures)} of {len(found)} states fail:\n"
+        pytest.fail(head + "\n".join(failures[:10]), pytrace=False)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

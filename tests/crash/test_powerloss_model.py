@@ -99,7 +99,11 @@ def test_appends_to_two_files_are_not_ordered_with_each_other():
 
 
 def test_a_truncate_then_append_survives_in_order():
-    ops = [*_created(data=LINE1 + b'{"torn'), Op("truncate", ino=1, size=8), Op("write", ino=1, offset=8, data=LINE2)]
+    ops = [
+        *_created(data=LINE1 + b'{"torn'),
+        Op("truncate", ino=1, size=8),
+        Op("write", ino=1, offset=8, data=LINE2),
+    ]
     contents = {dict(s)["log"] for s in _last_states(Trace(ops))}
     assert LINE1 + b'{"torn' in contents  # neither survived
     assert LINE1 + LINE2 in contents

@@ -72,7 +72,9 @@ class Found:
         return self.state.point
 
 
-def explore(trace: Trace, *, per_point: int = 200, seed: int = 0, tally: Tally | None = None) -> Iterator[Found]:
+def explore(
+    trace: Trace, *, per_point: int = 200, seed: int = 0, tally: Tally | None = None
+) -> Iterator[Found]:
     """Every distinct crash state of `trace` under the model, at most `per_point` per crash point.
 
     Args:

@@ -34,7 +34,9 @@ across directories; operations other than those in `trace.KINDS`.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -125,8 +127,6 @@ class CrashState:
 
     def digest(self) -> str:
         """A content hash of the tree: two states with the same digest are the same state."""
-        import hashlib
-
         h = hashlib.sha256()
         for d in sorted(self.dirs):
             h.update(b"d\0" + d.encode() + b"\0")
@@ -137,8 +137,6 @@ class CrashState:
 
     def materialise(self, root: str) -> None:
         """Write the tree under `root` (an existing, empty directory)."""
-        import os
-
         for d in sorted(self.dirs, key=len):
             os.makedirs(os.path.join(root, d), exist_ok=True)
         for path, data in self.files.items():
@@ -209,7 +207,8 @@ class _Replay:
             self.unsynced.setdefault(op.ino, []).append(op)
 
     def frontier(self, point: int) -> Frontier:
-        pending = tuple(op for _, op in sorted((x for ops in self.pending.values() for x in ops), key=lambda x: x[0]))
+        in_flight = sorted((x for ops in self.pending.values() for x in ops), key=lambda x: x[0])
+        pending = tuple(op for _, op in in_flight)
         files = {
             ino: FileFuture(data, tuple(self.unsynced.get(ino, ())))
             for ino, data in self.durable.items()

@@ -39,7 +39,13 @@ class RecordingDisk(Disk):
         world: marks that happened before this trace (see `Trace.world`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, label: str = "trace", world: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        label: str = "trace",
+        world: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__()
         self.root = os.path.realpath(root)
         self.trace = Trace(label=label, world=list(world or []))

@@ -302,7 +302,8 @@ async def record_on(found: Found, scenario: Scenario, scratch: Path) -> Trace:
 
 def torn(found: Found) -> bool:
     """Whether a log of the state ends in an unterminated segment (a torn tail, NUL or not)."""
-    return any(p.endswith(".jsonl") and data and not data.endswith(b"\n") for p, data in found.state.files.items())
+    logs = (data for path, data in found.state.files.items() if path.endswith(".jsonl"))
+    return any(data and not data.endswith(b"\n") for data in logs)
 
 
 # A process id no process can have (above Linux's largest pid_max): the
