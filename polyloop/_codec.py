@@ -72,18 +72,18 @@ def _parse(data: bytes) -> ParsedLog:
     JSONDecodeError = orjson.JSONDecodeError
     records, numbers, problems = out.records, out.lines, out.problems
     lines = data.split(b"\n")
-    first_bad: int | None = None  # index into lines
+    last = len(lines) - 1  # the segment after the last newline (empty when the file ends with one)
     for index, line in enumerate(lines):
         try:
             obj = loads(line)
         except JSONDecodeError:
-            if first_bad is None and line.strip():  # blank lines are skipped
-                first_bad = index
-            continue
-        if first_bad is not None:
-            problems.append(
-                Problem(f"line {first_bad + 1} does not decode but a later line does", line=index + 1)
-            )
+            if not line.strip():  # blank (orjson refuses an empty document)
+                continue
+            if index == last:
+                out.torn_line = index + 1
+                out.torn_offset = len(data) - len(line)
+            else:
+                problems.append(Problem(_undecodable(line), line=index + 1))
             continue
         try:
             record = decode(obj)
@@ -96,10 +96,11 @@ def _parse(data: bytes) -> ParsedLog:
             continue
         records.append(record)
         numbers.append(index + 1)
-    # Only the last piece of the split lacks a newline after it.
-    out.ends_without_newline = bool(numbers) and numbers[-1] == len(lines)
-    if first_bad is not None and not problems:
-        out.torn_line = first_bad + 1
-        out.torn_offset = sum(map(len, lines[:first_bad])) + first_bad
-        out.ends_without_newline = False
+    out.ends_without_newline = bool(numbers) and numbers[-1] == last + 1
     return out
+
+
+def _undecodable(line: bytes) -> str:
+    if not line.strip(b"\x00"):
+        return "a whole line of NUL bytes (data lost before this point, not a torn tail)"
+    return "a complete line that is not valid JSON (a torn write cannot end with a newline)"

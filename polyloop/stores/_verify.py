@@ -1,4 +1,4 @@
-"""Checking a directory of JSONL logs for corruption (what `polyloop verify` runs)."""
+"""Checking a directory of JSONL log files for corruption (what `polyloop verify` runs)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ from typing import Any, Literal
 
 from .._classify import check
 from .._codec import parse_log
+from ._disk import Disk
+from ._jsonl import not_regular_problem
 
 FileStatus = Literal["ok", "torn_tail", "corrupt"]
+
+_DISK = Disk()  # stateless: reads only regular files, never follows a link or waits on a FIFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +65,20 @@ class VerifyReport:
 
 
 def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
-    """Decode every line of one log and apply every invariant of the classifier."""
+    """Decode every line of one log and apply every invariant of the classifier.
+
+    A path that is not a regular file (a symbolic link, a FIFO, a device, a
+    directory) is `corrupt` with a message saying what it is: it is never
+    followed, never waited on and never read beyond a bounded size.
+    """
     p = Path(path)
     run_id = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.name
     try:
-        data = p.read_bytes()
+        data = _DISK.read(str(p))
     except OSError as exc:
-        return FileVerdict(str(p), run_id, "corrupt", ((None, f"cannot read: {exc.strerror}"),))
+        problem = not_regular_problem(str(p), exc)
+        message = problem.message if problem is not None else f"cannot read: {exc.strerror or exc}"
+        return FileVerdict(str(p), run_id, "corrupt", ((None, message),))
     parsed = parse_log(data)
     problems: list[tuple[int | None, str]] = [(q.line, q.message) for q in parsed.problems]
     if not problems:
@@ -91,7 +102,12 @@ def _verify_many(paths: list[str]) -> list[FileVerdict]:
 
 
 def find_logs(directory: str | os.PathLike[str]) -> list[Path]:
-    """Every `*.jsonl` file under `directory`, sorted.
+    """Every entry named `*.jsonl` under `directory`, sorted, whatever its type.
+
+    Regular files are logs; anything else with a log's name (a symbolic
+    link, a FIFO, a directory) is listed too, so that `verify_file` reports
+    it instead of it being skipped in silence. Symbolic links to directories
+    are not descended into.
 
     Raises:
         FileNotFoundError: the directory does not exist.
@@ -102,7 +118,10 @@ def find_logs(directory: str | os.PathLike[str]) -> list[Path]:
         raise FileNotFoundError(f"no directory {root}")
     if not root.is_dir():
         raise NotADirectoryError(f"{root} is not a directory")
-    return sorted(p for p in root.rglob("*.jsonl") if p.is_file())
+    found = []
+    for here, dirs, files in os.walk(root):
+        found += [Path(here, name) for name in (*dirs, *files) if name.endswith(".jsonl")]
+    return sorted(found)
 
 
 def verify_logs(

@@ -228,23 +228,43 @@ def good_lines():
 
 @pytest.mark.parametrize(
     "tail",
-    [b'{"record":"intent","kind":"act', b"\x00\x00\x00", b'{"rec', b"garbage\n", b"garbage\nmore garbage\n\n"],
-    ids=["cut-json", "zeros", "cut-key", "complete-garbage-line", "garbage-lines"],
+    [b'{"record":"intent","kind":"act', b"\x00\x00\x00", b'{"rec', b"{", b"garbage", b"\x00" * 4096],
+    ids=["cut-json", "zeros", "cut-key", "one-brace", "garbage-unterminated", "a-page-of-zeros"],
 )
-async def test_a_torn_tail_is_the_end_of_the_log(store, tail):
+async def test_an_unterminated_last_segment_is_a_torn_tail(store, tail):
     store.directory.mkdir(parents=True)
     store.path("r").write_bytes(good_lines() + tail)
     assert len(await store.read_log("r")) == 3
-    assert parse_log(good_lines() + tail).torn_line == 4
+    parsed = parse_log(good_lines() + tail)
+    assert parsed.torn_line == 4 and parsed.torn_offset == len(good_lines()) and not parsed.problems
 
 
-async def test_a_decodable_line_after_an_undecodable_one_is_corruption(store):
-    store.directory.mkdir(parents=True)
+@pytest.mark.parametrize(
+    "line",
+    [b"garbage\n", b'{"record":"intent","kind":"act\n', b"\x00\x00\x00\n", b'{"rec\r\n'],
+    ids=["garbage", "cut-json-then-newline", "zeros-then-newline", "crlf"],
+)
+@pytest.mark.parametrize("where", ["last", "middle"])
+async def test_a_terminated_line_that_does_not_decode_is_corruption_wherever_it_stands(store, line, where):
     lines = good_lines().splitlines(keepends=True)
-    store.path("r").write_bytes(lines[0] + b"{broken\n" + lines[1] + lines[2])
+    data = good_lines() + line if where == "last" else lines[0] + line + lines[1] + lines[2]
+    bad_line = 4 if where == "last" else 2
+    store.directory.mkdir(parents=True)
+    store.path("r").write_bytes(data)
     with pytest.raises(CorruptLogError) as info:
         await store.read_log("r")
-    assert info.value.problems[0].line == 3
+    # The undecodable line itself, once: not one problem per later line.
+    assert [p.line for p in info.value.problems] == [bad_line]
+    assert parse_log(data).torn_line is None
+
+
+async def test_every_undecodable_line_is_named_and_nothing_else(store):
+    lines = good_lines().splitlines(keepends=True)
+    data = lines[0] + b"{broken\n" + lines[1] + b"\x00\x00\n" + lines[2] + b'{"rec'
+    parsed = parse_log(data)
+    assert [p.line for p in parsed.problems] == [2, 4]
+    assert "NUL" in parsed.problems[1].message
+    assert parsed.torn_line == 6 and len(parsed.records) == 3
 
 
 async def test_an_invalid_record_mid_file_is_corruption_not_a_torn_tail(store):
