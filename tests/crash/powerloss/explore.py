@@ -8,8 +8,8 @@ members it is enumerated whole. Where it is larger, the explorer takes
 the *boundary* choices first — no unsynced data, all of it, a cut at 1
 byte, one byte short, at and just after every newline, each with no NUL,
 all NUL, or NUL from the last line's start — and fills the rest of the
-budget with choices drawn by a `random.Random(seed)`, so a run is
-reproducible exactly.
+budget with choices drawn by a `random.Random(seed)`: the same trace
+gives the same states.
 
 States are deduplicated by `(digest, marks)`: the content hash of the
 directory tree, and how many marks (side effects, paid calls,
