@@ -66,7 +66,7 @@ async def test_every_crash_state_of_a_session_recovers(name: str, reliability) -
     _report(name, tally, reliability)
 
 
-@pytest.mark.parametrize("name", ["kinds", "pair", "plain"])
+@pytest.mark.parametrize("name", ["faults", "kinds", "pair", "plain"])
 async def test_a_crash_during_resume_from_a_torn_state_recovers(name: str, reliability) -> None:
     with tempfile.TemporaryDirectory(dir=scratch_root()) as root:
         trace = await record(SCENARIOS[name], Path(root))

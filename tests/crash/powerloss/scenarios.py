@@ -17,6 +17,7 @@ business.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from polyloop import (
     NeedsOperatorError,
     RunResult,
     ScriptedModel,
+    StoreError,
     ToolContext,
     TransientModelError,
     encode_record,
@@ -187,6 +189,8 @@ class Scenario:
         fresh_directory: the store creates the run directory itself (else it exists, synced).
         crash: (run_id, step, "before"|"after"): the process dies around that step's side effect.
         fail: (run_id, step) -> how many times the model call of that step fails first.
+        faults: (call, n): the n-th `write` (half of it lands) or `fsync` of the session
+            fails with an OSError, the run stops with `StoreError` and the process restarts.
     """
 
     name: str
@@ -194,6 +198,7 @@ class Scenario:
     fresh_directory: bool = False
     crash: frozenset[tuple[str, int, str]] = frozenset()
     fail: tuple[tuple[tuple[str, int], int], ...] = ()
+    faults: frozenset[tuple[str, int]] = frozenset()
 
 
 def _script(*steps: str) -> tuple[dict[str, Any], ...]:
@@ -223,6 +228,13 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         # The creation of the run directory and of a run in it.
         Scenario("create", (Run("create", _script("write:w1", "final:made")),), fresh_directory=True),
+        # A full disk half-way through a record, and an fsync that fails: the store takes the
+        # append back with an unsynced truncate, the run stops and is resumed.
+        Scenario(
+            "faults",
+            (Run("faults", _script("read:r1", "write:w2", "read:r3", "final:done")),),
+            faults=frozenset({("write", 4), ("fsync", 5)}),
+        ),
         # Two runs appending to two files at once: their appends are not ordered with each other.
         Scenario(
             "pair",
@@ -248,12 +260,18 @@ async def settle(world: World, store: JsonlStore, run_id: str) -> None:
         )
 
 
-async def drive(world: World, store: JsonlStore, run: Run, *, limit: int = 8) -> RunResult:
-    """Run or resume `run` to its end, as a process that restarts and an operator would."""
+async def drive(
+    world: World, store: JsonlStore, run: Run, *, limit: int = 8, faults: bool = False
+) -> RunResult:
+    """Run or resume `run` to its end, as a process that restarts and an operator would.
+
+    With `faults`, a `StoreError` (a scripted disk fault) restarts the process too.
+    """
+    restart = (ProcessCrash, StoreError) if faults else (ProcessCrash,)
     for _ in range(limit):
         try:
             return await make_agent(world, run).run(GOAL, run_id=run.run_id, store=store)
-        except ProcessCrash:
+        except restart:
             continue  # the process restarts; the page cache kept what it wrote
         except NeedsOperatorError:
             await settle(world, store, run.run_id)
@@ -279,13 +297,41 @@ async def record(
     if not scenario.fresh_directory and not world:
         runs.mkdir(parents=True, exist_ok=True)
     label = label or scenario.name
-    disk = disk_type(root, label=label, world=list(world))
+    if scenario.faults and not world:
+        disk: RecordingDisk = FaultyDisk(root, scenario.faults, label=label)
+    else:
+        disk = disk_type(root, label=label, world=list(world))
     w = World(marks=list(world), disk=disk, session=label)
     if not world:
         w.crash, w.fail = set(scenario.crash), dict(scenario.fail)
     async with store_type(runs, w, _disk=disk) as store:
-        await asyncio.gather(*(drive(w, store, run) for run in scenario.runs))
+        faults = bool(scenario.faults and not world)
+        await asyncio.gather(*(drive(w, store, run, faults=faults) for run in scenario.runs))
     return disk.trace
+
+
+class FaultyDisk(RecordingDisk):
+    """A recording disk on which chosen calls fail: half of a write lands, an fsync does nothing."""
+
+    def __init__(self, root: Path, faults: frozenset[tuple[str, int]], **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self.faults = faults
+        self.calls = {"write": 0, "fsync": 0}
+
+    def _fails(self, call: str) -> bool:
+        self.calls[call] += 1
+        return (call, self.calls[call]) in self.faults
+
+    def write(self, fd: int, data: bytes) -> None:
+        if self._fails("write"):
+            super().write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device (scripted)")
+        super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if self._fails("fsync"):
+            raise OSError(errno.EIO, "Input/output error (scripted)")
+        super().fsync(fd)
 
 
 async def record_on(found: Found, scenario: Scenario, scratch: Path) -> Trace:
