@@ -3,9 +3,9 @@
 `JsonlStore` does every file-system operation on its logs through a `Disk`
 (given as the private `_disk` constructor argument), so a test can subclass it
 to make a write or an fsync fail halfway, and the power-loss explorer can
-record each operation in order. Locking (`flock`), reading the lock file's
-holder name and listing the directory are not file-system changes and do not
-go through it.
+record each operation in order. Taking and probing the `flock`, reading the
+lock file's holder name, `lstat` and listing the directory change nothing on
+disk and do not go through it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+
+from .._errors import Problem
 
 # A log is read whole; this bounds what one read may take, so a file that
 # grows without end (a symlink to /dev/zero is refused anyway) cannot eat
@@ -37,9 +39,36 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def not_regular(path: str, mode: int) -> OSError:
+def _not_regular_error(path: str, mode: int) -> OSError:
     """The error for a log path that is not a regular file (EINVAL, with what it is)."""
     return OSError(errno.EINVAL, f"not a regular file but {kind_of(mode)}", path)
+
+
+def not_regular_problem(path: str, exc: OSError) -> Problem | None:
+    """The problem to report when `exc` came from a log path that is not a regular file; else None."""
+    kind = what_is(path, exc)
+    if kind is None:
+        return None
+    return Problem(
+        f"{path} is {kind}, not a regular file: a log is never read through a link, from a FIFO or from a device"
+    )
+
+
+def what_is(path: str, exc: OSError) -> str | None:
+    """What `path` is (`a FIFO`...), if `exc` came from it not being a regular file; else None."""
+    if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.ENXIO, errno.EISDIR):
+        return None
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def why(path: str, exc: OSError) -> str:
+    """The reason `exc` gives, in words: what the path is when it is not a regular file."""
+    kind = what_is(path, exc)
+    return f"it is {kind}, not a regular file" if kind else str(exc.strerror or exc)
 
 
 class Disk:
@@ -109,7 +138,7 @@ class Disk:
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise not_regular(path, info.st_mode)
+                raise _not_regular_error(path, info.st_mode)
             if info.st_size > MAX_READ:
                 raise OSError(errno.EFBIG, f"larger than {MAX_READ} bytes", path)
             chunks = [os.read(fd, info.st_size)] if info.st_size else []

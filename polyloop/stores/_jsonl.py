@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import glob
 import inspect
 import os
 import re
-import socket
 import stat
 import threading
 import weakref
@@ -37,8 +34,6 @@ from .._codec import ParsedLog, parse_log
 from .._errors import (
     CorruptLogError,
     InvalidRunIdError,
-    Problem,
-    RunActiveError,
     RunExistsError,
     RunNotFoundError,
     SchemaVersionError,
@@ -55,7 +50,9 @@ from .._records import (
     StepCompleted,
     encode,
 )
-from ._disk import Disk, kind_of
+from ._disk import Disk, kind_of, not_regular_problem, why
+from ._lockfile import clear_and_close, name_holder, open_lock, take
+from ._lockfile import holder as lock_holder
 from ._workers import DiskWorkers
 
 T = TypeVar("T")
@@ -226,7 +223,7 @@ class JsonlStore:
         except FileNotFoundError:
             raise StoreError(f"log of run {run_id!r} is gone: {path} no longer exists", run_id=run_id) from None
         except OSError as exc:
-            raise StoreError(f"cannot open {path}: {_why(path, exc)}", run_id=run_id) from exc
+            raise StoreError(f"cannot open {path}: {why(path, exc)}", run_id=run_id) from exc
         try:
             info = disk.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
@@ -395,21 +392,7 @@ class JsonlStore:
         Probes the OS lock without taking it for longer than the probe and
         without touching the log.
         """
-        try:
-            fd = os.open(self._lock_path(run_id), os.O_RDONLY | _SAFE)
-        except OSError:
-            return None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return _describe_holder(fd) or "another process"
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        finally:
-            os.close(fd)
+        return lock_holder(self._lock_path(run_id))
 
     @contextlib.asynccontextmanager
     async def lock(self, run_id: str) -> AsyncIterator[ParsedLog | None]:
@@ -430,45 +413,21 @@ class JsonlStore:
             StoreError: the lock file cannot be created or used, or the
                 torn tail cannot be cut.
         """
-        path = self._lock_path(run_id)
-        fd = self._open_lock(path, run_id)
-        disk = self._disk
+        fd = open_lock(self._disk, self._dir, self._lock_path(run_id), run_id)
         try:
-            await _take(fd, run_id)
+            await take(fd, run_id)
         except BaseException:
-            disk.close(fd)
+            self._disk.close(fd)
             raise
         try:
-            with contextlib.suppress(OSError):
-                disk.ftruncate(fd, 0)
-                disk.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+            name_holder(self._disk, fd)
             parsed, inode = await self._hand_off(lambda: self._seal_tail(run_id))
             if inode is not None:
                 self._inodes[run_id] = inode
             yield parsed
         finally:
             self._inodes.pop(run_id, None)
-            # Clear the holder's name while still holding, then let go.
-            with contextlib.suppress(OSError):
-                disk.ftruncate(fd, 0)
-            disk.close(fd)
-
-    def _open_lock(self, path: str, run_id: str) -> int:
-        disk = self._disk
-        try:
-            disk.mkdir(self._dir)
-            fd = disk.open(path, os.O_RDWR | os.O_CREAT | _SAFE, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot create the lock {path}: {_why(path, exc)}", run_id=run_id) from exc
-        try:
-            mode = disk.fstat(fd).st_mode
-        except OSError as exc:
-            disk.close(fd)
-            raise StoreError(f"cannot use the lock {path}: {exc.strerror}", run_id=run_id) from exc
-        if not stat.S_ISREG(mode):
-            disk.close(fd)
-            raise StoreError(f"cannot use the lock {path}: it is {kind_of(mode)}, not a regular file", run_id=run_id)
-        return fd
+            clear_and_close(self._disk, fd)
 
     def _seal_tail(self, run_id: str) -> tuple[ParsedLog | None, int | None]:
         """Cut a torn tail (or end a whole last record's line); return the log as it is now and its inode."""
@@ -501,39 +460,13 @@ class JsonlStore:
                 parsed.ends_without_newline = False
             inode = os.lstat(path).st_ino
         except OSError as exc:
-            raise StoreError(f"cannot prepare {path} for appending: {_why(path, exc)}", run_id=run_id) from exc
+            raise StoreError(f"cannot prepare {path} for appending: {why(path, exc)}", run_id=run_id) from exc
         return parsed, inode
 
     def _check_regular(self, fd: int, path: str, run_id: str) -> None:
         mode = self._disk.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise StoreError(f"cannot append to {path}: it is {kind_of(mode)}, not a regular file", run_id=run_id)
-
-
-def not_regular_problem(path: str, exc: OSError) -> Problem | None:
-    """The problem to report when `exc` came from a log path that is not a regular file; else None."""
-    kind = _not_regular(path, exc)
-    if kind is None:
-        return None
-    return Problem(
-        f"{path} is {kind}, not a regular file: a log is never read through a link, from a FIFO or from a device"
-    )
-
-
-def _not_regular(path: str, exc: OSError) -> str | None:
-    """What `path` is, if `exc` came from it not being a regular file (a link, a FIFO...)."""
-    if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.ENXIO, errno.EISDIR):
-        return None
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return None
-    return None if stat.S_ISREG(mode) else kind_of(mode)
-
-
-def _why(path: str, exc: OSError) -> str:
-    kind = _not_regular(path, exc)
-    return f"it is {kind}, not a regular file" if kind else str(exc.strerror or exc)
 
 
 def _safe(run_id: str) -> bool:
@@ -557,32 +490,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _describe_holder(fd: int) -> str | None:
-    with contextlib.suppress(OSError):
-        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-        return text or None
-    return None
-
-
-async def _take(fd: int, run_id: str) -> None:
-    """Take the run's flock, or raise `RunActiveError` naming the live holder."""
-    # A holder writes its name just after taking the lock and clears it just
-    # before letting go: while the lock is held but unnamed (a simultaneous
-    # start, or a holder finishing), look again for a moment rather than
-    # answer "another process" or refuse a run that is about to be free.
-    name = None
-    for _ in range(20):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            name = _describe_holder(fd)
-            if name:
-                break
-        await asyncio.sleep(0.005)
-    raise RunActiveError(run_id, name)
 
 
 def _records_or_raise(run_id: str, parsed: ParsedLog) -> list[Record]:

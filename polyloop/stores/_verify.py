@@ -12,8 +12,7 @@ from typing import Any, Literal
 
 from .._classify import check
 from .._codec import parse_log
-from ._disk import Disk
-from ._jsonl import not_regular_problem
+from ._disk import Disk, not_regular_problem
 
 FileStatus = Literal["ok", "torn_tail", "corrupt"]
 

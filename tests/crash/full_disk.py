@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import crashkit as ck  # noqa: E402
-from polyloop.stores._jsonl import parse_log  # noqa: E402
+from polyloop.stores import parse_log  # noqa: E402
 
 BIG = "8000"  # bytes of observation: more than the slack left in the log's last page
 

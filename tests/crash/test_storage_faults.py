@@ -7,9 +7,10 @@ gone the run must resume through the CLI and end as the uninterrupted run
 would. A write that failed is, for recovery, the same as a kill just before
 it — which is what the audit checks.
 
-Full disk and failing fsync use the store's fault-injection seams (`_write`,
-`_fsync`) at every kind of write: half the record's bytes land, then ENOSPC;
-or the whole record lands and fsync fails with EIO. A real full disk (a
+Full disk and failing fsync use the store's fault-injection seam (a `Disk`
+subclass given to the store, see `crash_child.py`) at every kind of write:
+half the record's bytes land, then ENOSPC; or the whole record lands and
+fsync fails with EIO. A real full disk (a
 small tmpfs filled to the last byte, see `full_disk.py`) and a real
 read-only directory (a read-only bind mount) come from a private user+mount
 namespace (`unshare -rm`); without one, the read-only tests fall back to
@@ -32,7 +33,7 @@ import pytest
 
 import crashkit as ck
 from polyloop import JsonlStore, RunNotFoundError, inspect_run
-from polyloop.stores._jsonl import parse_log
+from polyloop.stores import parse_log
 from polyloop.testing import logical
 
 ENOSPC = "No space left on device"

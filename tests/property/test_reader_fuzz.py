@@ -161,6 +161,8 @@ async def _judge(store: JsonlStore, run_id: str) -> dict:
         corrupt_by_reader = True
     verdict = verify_file(path)
     assert verdict.status in ("ok", "torn_tail", "corrupt")
+    if verdict.status == "torn_tail":  # only an unterminated last segment can be one
+        assert not path.read_bytes().endswith(b"\n"), "a newline-terminated line taken for a torn tail"
     assert bool(verdict.problems) == (verdict.status != "ok")
     assert all(message for _, message in verdict.problems)
     orjson.dumps(verdict.to_json())
