@@ -13,6 +13,9 @@ By default a fast, seeded sample runs (a few hundred states). The full
 exploration (at least 10,000 distinct states; a few minutes):
 
     POLYLOOP_POWERLOSS=full .venv/bin/python -m pytest tests/crash/test_powerloss.py -q -s
+
+`POLYLOOP_POWERLOSS_PER_POINT=N` sets the states per crash point (60 in the
+full run), `POLYLOOP_POWERLOSS_SEED` the seed of the sample.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from powerloss.scenarios import SCENARIOS, record, record_on, torn
 FULL = os.environ.get("POLYLOOP_POWERLOSS") == "full"
 SEED = int(os.environ.get("POLYLOOP_POWERLOSS_SEED") or 16)
 # Per crash point, the states enumerated (whole when there are no more than that).
-PER_POINT = 60 if FULL else 3
+PER_POINT = int(os.environ.get("POLYLOOP_POWERLOSS_PER_POINT") or (60 if FULL else 3))
 # States checked per trace (None: all); the fast sample takes a seeded subset.
 CHECKED = None if FULL else 60
 RESUMES = 6 if FULL else 2  # crash states each scenario's recovery is recorded on
