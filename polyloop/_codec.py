@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ._errors import Problem
+from ._errors import CorruptLogError, Problem, SchemaVersionError
 from ._records import Record, RecordError, UnknownSchemaError, decode, paused_gc
 
 
@@ -39,6 +39,20 @@ class ParsedLog:
     problems: list[Problem] = field(default_factory=list)
     schema_version: object = None
     ends_without_newline: bool = False
+
+    def records_or_raise(self, run_id: str | None) -> list[Record]:
+        """The records, if the log has no problems; else the error a reader raises.
+
+        Raises:
+            SchemaVersionError: the log's major schema version is unknown.
+            CorruptLogError: any other problem (a line that does not decode
+                and is not a torn tail, a line that is not a valid record).
+        """
+        if self.schema_version is not None:
+            raise SchemaVersionError(run_id, self.schema_version)
+        if self.problems:
+            raise CorruptLogError(run_id, self.problems)
+        return self.records
 
     def locate(self, problem: Problem) -> Problem:
         """`problem` (found in `records`, e.g. by the classifier) with its line number."""

@@ -32,11 +32,9 @@ from typing import Any, TypeVar
 
 from .._codec import ParsedLog, parse_log
 from .._errors import (
-    CorruptLogError,
     InvalidRunIdError,
     RunExistsError,
     RunNotFoundError,
-    SchemaVersionError,
     StoreError,
 )
 from .._ids import check_run_id
@@ -343,7 +341,8 @@ class JsonlStore:
             StoreError: the file cannot be read.
         """
         check_run_id(run_id)
-        return _records_or_raise(run_id, await self._hand_off(lambda: self._load(run_id)))
+        parsed = await self._hand_off(lambda: self._load(run_id))
+        return parsed.records_or_raise(run_id)
 
     async def read_parsed(self, run_id: str) -> ParsedLog:
         """The log with its line numbers, torn tail and problems, without judging the run.
@@ -490,11 +489,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _records_or_raise(run_id: str, parsed: ParsedLog) -> list[Record]:
-    if parsed.schema_version is not None:
-        raise SchemaVersionError(run_id, parsed.schema_version)
-    if parsed.problems:
-        raise CorruptLogError(run_id, parsed.problems)
-    return parsed.records

@@ -115,3 +115,13 @@ async def test_the_lock_cuts_exactly_the_unterminated_segment(store):
         async with store.lock("r") as parsed:
             assert parsed is not None and parsed.records == [STARTED, MODEL] and parsed.torn_line is None
         assert store.path("r").read_bytes() == HEAD, cut
+
+
+def test_records_or_raise_gives_the_readers_error():
+    from polyloop import SchemaVersionError
+
+    assert parse_log(HEAD + b'{"rec').records_or_raise("r") == [STARTED, MODEL]
+    with pytest.raises(CorruptLogError, match="line 3"):
+        parse_log(HEAD + b"garbage\n").records_or_raise("r")
+    with pytest.raises(SchemaVersionError):
+        parse_log(HEAD.replace(b'"schema_version":"1.0"', b'"schema_version":"9.0"')).records_or_raise("r")
