@@ -104,6 +104,7 @@ class JsonlStore:
         self._inodes: dict[str, int] = {}
         # Torn tails found under a hold, cut by the first write of the hold.
         self._torn: dict[str, int] = {}
+        self._parent_synced = False
         self._workers: DiskWorkers | None = None
         self._finalizer: weakref.finalize | None = None
         self._start_lock = threading.Lock()
@@ -315,6 +316,13 @@ class JsonlStore:
                 disk.unlink(tmp)
         try:
             disk.fsync_dir(self._dir)
+            if not self._parent_synced:
+                # The directory's own name must be durable too (the store may
+                # have just made it): syncing a directory does not sync its
+                # entry in its parent. Once per store is enough for the names
+                # made before it.
+                disk.fsync_dir(os.path.dirname(os.path.abspath(self._dir)))
+                self._parent_synced = True
         except OSError as exc:
             raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
 

@@ -124,7 +124,7 @@ async def test_fsync_happens_at_exactly_the_durable_writes(spy):
     await write_all(store)
     await store.write_resolution("r", RS)
     assert disk.synced == [
-        "run_started", "<dir>", "intent:model_call", "intent:action", "run_finished", "resolution",
+        "run_started", "<dir>", "<dir>", "intent:model_call", "intent:action", "run_finished", "resolution",
     ]
 
 

@@ -105,7 +105,7 @@ async def test_each_write_is_exactly_these_disk_calls(tmp_path):
     await store.write_run_started(RunStarted(run_id="r", goal="g"))
     assert disk.take() == [
         "mkdir runs", "open .r.tmp", "write .r.tmp", "fsync .r.tmp", "fstat .r.tmp", "close .r.tmp",
-        "link .r.tmp->r.jsonl", "unlink .r.tmp", "fsync_dir runs",
+        "link .r.tmp->r.jsonl", "unlink .r.tmp", "fsync_dir runs", f"fsync_dir {tmp_path.name}",
     ]
     durable = ["open r.jsonl", "fstat r.jsonl", "write r.jsonl", "fsync r.jsonl", "close r.jsonl"]
     inline = ["open r.jsonl", "fstat r.jsonl", "write r.jsonl", "close r.jsonl"]
