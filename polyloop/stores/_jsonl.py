@@ -80,9 +80,11 @@ class JsonlStore:
     the store unusable), and a store dropped without closing ends its
     threads when it is garbage-collected.
 
-    Known gap: prefix durability (a crash of the machine keeps a prefix of
-    each file's appends) is what the file system gives append-only files; it
-    cannot be tested without pulling the power.
+    Prefix durability (a crash of the machine keeps a prefix of each file's
+    appends) is what the file system gives append-only files; the power-loss
+    explorer (docs/explanation/crash-states.md) checks the store against a
+    model weaker than ext4's. Disks that acknowledge a flush they have not
+    done are outside it.
 
     Args:
         directory: where the logs live; created when the first run starts.
