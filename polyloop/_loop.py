@@ -15,6 +15,8 @@ import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 
 from ._classify import Walker, _tool_call, walk
 from ._codec import ParsedLog
@@ -253,7 +255,7 @@ class _Run:
                 backoff = max(backoff, min(exc.retry_after, MAX_RETRY_AFTER))
             await asyncio.sleep(backoff)
             return
-        out = representable(output.to_json())
+        out = _storable(output.to_json())
         await self._write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
         history.append(assistant_turn(out, rid))
 
@@ -299,7 +301,7 @@ class _Run:
     async def _complete(
         self, step: int, rid: str | None, observation: str, is_error: bool, tool: str, history: _History
     ) -> None:
-        observation = representable(observation)
+        observation = _storable(observation)
         await self._write(StepCompleted(step=step, result_id=rid, observation=observation, is_error=is_error))
         model = self.walker.steps[step - 1].output
         assert model is not None
@@ -313,15 +315,35 @@ class _Run:
         return RunResult(self.run_id, reason, text, steps, error)
 
 
+def _storable(value: Any) -> Any:
+    """`value` as the log will hold it: lone surrogates escaped (see `representable`).
+
+    Checked with one C-level encode first: the recursive walk is for the
+    rare value that needs it.
+    """
+    try:
+        if isinstance(value, str):
+            value.encode("utf-8")
+        else:
+            orjson.dumps(value)
+        return value
+    except (UnicodeEncodeError, TypeError):
+        return representable(value)
+
+
 async def _invoke(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
     """Run a tool; its failure is data (an error observation), never a crash of the run.
 
-    A synchronous tool runs in a thread that cancellation cannot stop. When
+    An async tool is cancelled with the run (its outcome is then unknown,
+    as after a crash). A synchronous tool runs in a thread that cancellation
+    cannot stop. When
     the run is cancelled (Ctrl-C) meanwhile, this waits for the thread to end
     before letting the cancellation through, so the run's lock is never
     released while an action this process started may still be running; the
     outcome, known by then, is returned for the caller to record.
     """
+    if tool.is_async:
+        return await _call(tool, args, ctx)  # cancelled with the run, like any coroutine
     done = asyncio.ensure_future(_call(tool, args, ctx))
     cancelled = False
     while True:
@@ -331,13 +353,7 @@ async def _invoke(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[s
         except asyncio.CancelledError:
             if done.done() and done.cancelled():
                 raise
-            if not tool.is_async:
-                cancelled = True
-                continue  # the thread runs on: wait for it, holding the run
-            done.cancel()  # an async tool is cancelled with the run
-            with contextlib.suppress(asyncio.CancelledError):
-                await done
-            raise
+            cancelled = True  # the thread runs on: wait for it, holding the run
     if cancelled:
         raise _CancelledAfter(result)
     return result

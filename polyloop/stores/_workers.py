@@ -45,6 +45,7 @@ class DiskWorkers:
         self._idle = 0
         self._lock = threading.Lock()
         self._stopped = False
+        self._done: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """Run `fn()` on a disk thread and return (or raise) what it did."""
@@ -101,11 +102,26 @@ class DiskWorkers:
                 value, exc = job.fn(), None
             except BaseException as e:  # handed to the awaiting task
                 value, exc = None, e
+            loop = job.loop
             with self._lock:  # idle again before the task resumes and hands over more
                 self._idle += 1
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                job.loop.call_soon_threadsafe(_settle, job, value, exc)
-            del job, value, exc  # hold nothing of the job while waiting for the next
+                # One wake-up of a loop settles every job finished meanwhile:
+                # under load, many fsyncs end while the loop is still busy.
+                done = self._done.get(loop)
+                wake = done is None
+                if wake:
+                    done = self._done[loop] = []
+                done.append((job, value, exc))
+            if wake:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(self._settle_all, loop)
+            del job, value, exc, done  # hold nothing of the job while waiting for the next
+
+    def _settle_all(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            done = self._done.pop(loop, ())
+        for job, value, exc in done:
+            _settle(job, value, exc)
 
 
 def _settle(job: _Job, value: Any, exc: BaseException | None) -> None:
