@@ -15,10 +15,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from polyloop import BatchError, BatchInterrupted, BatchProgress, BatchReport, BatchRun, run_batch
+from polyloop import BatchInterrupted, BatchProgress, BatchReport, BatchRun, run_batch
 
 from . import options, render
-from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, BadInput, Scope, failures
+from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, Scope, failures
 
 SHOWN = 20  # runs listed per kind in the human summary; --json lists every one
 PLAIN_EVERY = 2.0  # seconds between progress lines when stderr is not a terminal
@@ -100,8 +100,6 @@ def command(
                 )
         except BatchInterrupted as exc:
             report = exc.report
-        except BatchError as exc:
-            raise BadInput(str(exc)) from exc
         if json:
             render.print_json(report.to_json())
         else:
@@ -164,7 +162,7 @@ def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], 
     if not plain:
         yield None
         return
-    last = [0.0, -1]
+    last = [time.monotonic(), -1]  # the first line after PLAIN_EVERY: a short batch prints one
 
     def line(p: BatchProgress) -> None:
         now = time.monotonic()
@@ -201,7 +199,7 @@ def _summary(report: BatchReport, again: str) -> None:
         if n or status in _ALWAYS:
             table.add_row(Text(label, style=style if n else ""), str(n))
     rate = f" ({report.steps / report.seconds:.0f} steps/s)" if report.seconds > 0 and report.steps else ""
-    restarts = f"; {report.restarts} worker restarts" if report.restarts else ""
+    restarts = f"; {report.restarts} worker restart{'' if report.restarts == 1 else 's'}" if report.restarts else ""
     _say(
         console, ("batch ", "bold"), (render.clip(report.name, 80), "bold cyan"),
         f": {len(report.runs)} runs; {report.steps} steps in {report.seconds:.1f}s{rate}{restarts}",

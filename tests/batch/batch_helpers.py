@@ -116,7 +116,7 @@ class World:
 
 
 def check_oracle(world: World, doc: dict[str, Any], run_ids: list[str]) -> None:
-    """Every line finished once; every `never` action of every run happened exactly once; logs verify."""
+    """Every line finished, listed once; every `never` action of every run happened once, not twice, not lost; logs verify."""
     entries = doc["runs"]
     assert [e["run_id"] for e in entries] == run_ids, entries
     assert {e["status"] for e in entries} == {"finished"}, [e for e in entries if e["status"] != "finished"]

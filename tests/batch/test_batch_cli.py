@@ -144,7 +144,7 @@ def test_a_worker_killed_after_a_never_action_parks_the_run_with_its_settle_comm
     goals = world.goals(["one", "two", "three"])
     done = world.batch("stamper", goals, "--processes", "1", "--concurrency", "1", BATCH_KILL_ONCE=str(world.root / "killed"))
     assert done.code == 3, done
-    assert "1 worker restarts" in done.stdout
+    assert "1 worker restart" in done.stdout
     lines = done.stdout.splitlines()
     commands = [line.strip().split("  #")[0] for line in lines if line.strip().startswith("polyloop mark-resolved")]
     assert len(commands) == 2, done.stdout
