@@ -120,11 +120,11 @@ def _again_command(target: str, goals_file: str, name: str | None, directory: st
 def _counts_text(p: BatchProgress) -> str:
     c = p.counts
     failed = sum(c[s] for s in ("failed", "corrupt", "invalid", "changed", "active"))
-    eta = p.eta
-    eta_text = "?" if eta is None else _duration(eta)
+    eta = "?" if p.eta is None else _duration(p.eta)
+    # The pace first: on a narrow terminal the end of the line is what gets cut.
     return (
-        f"{c['finished']} finished, {c['needs_operator']} need an operator, {failed} failed; "
-        f"{p.running} running, {p.queued} queued; {p.steps_per_second:.0f} steps/s, ETA {eta_text}"
+        f"{p.steps_per_second:.0f} steps/s, ETA {eta}; {c['finished']} finished, "
+        f"{c['needs_operator']} need an operator, {failed} failed, {p.running} running, {p.queued} queued"
     )
 
 
@@ -143,7 +143,7 @@ def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], 
     if live:
         progress = Progress(
             TextColumn("batch"),
-            BarColumn(),
+            BarColumn(bar_width=16),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
             console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
@@ -202,10 +202,15 @@ def _summary(report: BatchReport, again: str) -> None:
     restarts = f"; {report.restarts} worker restart{'' if report.restarts == 1 else 's'}" if report.restarts else ""
     _say(
         console, ("batch ", "bold"), (render.clip(report.name, 80), "bold cyan"),
-        f": {len(report.runs)} runs; {report.steps} steps in {report.seconds:.1f}s{rate}{restarts}",
+        f": {_plural(len(report.runs), 'run')}; {_plural(report.steps, 'step')} in "
+        f"{report.seconds:.1f}s{rate}{restarts}",
     )
     console.print(table)
     _next_steps(console, report, again)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _say(console: Console, *parts: str | tuple[str, str]) -> None:

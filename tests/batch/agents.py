@@ -100,3 +100,14 @@ class _Broken:
 
 # Ends with reason `error` at its first model call.
 broken = Agent(model=_Broken(), max_attempts=1)
+
+NASTY = "\x1b[31mred\x1b[0m [red]x[/red] [/x] \u202eevil\u202c \x07bell\r\x9b2J"
+
+
+class _Hostile:
+    async def complete(self, messages, tools):
+        raise ConnectionError(f"server said {NASTY}")
+
+
+# Its model call fails (the run stops, resumable) with text hostile to terminals.
+hostile = Agent(model=_Hostile(), max_attempts=3)
