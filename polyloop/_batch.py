@@ -301,8 +301,7 @@ class _Supervisor:
                 )
             else:
                 self.queue.appendleft(item)
-        if self.queue:
-            self.restarts += 1
+        self.restarts += 1
 
     def _stop(self) -> None:
         """Ctrl-C: ask every worker to cancel its runs, collect what they finished, then end them."""

@@ -77,11 +77,13 @@ class BatchReport:
         target: the agent target, as recorded in the runs.
         directory: where the logs and the manifest live.
         runs: one entry per line (and per line gone from the goals file), by line.
-        steps: steps completed by this invocation, over all runs.
+        steps: steps completed by this invocation, over all runs, as the
+            workers reported them (a worker that dies takes its last fraction
+            of a second of counting with it).
         seconds: how long this invocation took.
         processes: worker processes used (0 when nothing had to run).
         concurrency: runs per worker process at most.
-        restarts: worker processes that died and were replaced.
+        restarts: worker processes that died (each replaced while work remained).
         interrupted: Ctrl-C stopped the batch; every run stays resumable.
     """
 

@@ -157,6 +157,10 @@ class _Worker:
                     break
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
+            except Exception as exc:  # e.g. the log cannot be read: this run fails, the batch goes on
+                reason = str(exc) if isinstance(exc, PolyLoopError) else f"{type(exc).__name__}: {exc}"
+                entry = BatchRun(run_id, line, "failed", 0, reason, "none")
+                break
         self._send_steps()
         self._send(("done", key, entry))
 

@@ -111,3 +111,14 @@ class _Hostile:
 
 # Its model call fails (the run stops, resumable) with text hostile to terminals.
 hostile = Agent(model=_Hostile(), max_attempts=3)
+
+
+@tool(replay="safe")
+def die() -> str:
+    """Kills its own process, every time (a run that takes its worker down)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+# Every attempt kills the worker process running it.
+killer = Agent(model=ScriptedModel([{"tool": "die", "args": {}}, {"final": "never"}]), tools=[die])

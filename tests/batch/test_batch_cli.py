@@ -164,6 +164,14 @@ def test_a_worker_killed_after_a_never_action_parks_the_run_with_its_settle_comm
     assert len(stamps) == len(set(stamps)) == 6
 
 
+def test_a_run_that_keeps_killing_its_worker_fails_after_three_deaths(world):
+    report = run_batch(target("killer"), ["doomed"], name="k", directory=world.runs, processes=1, concurrency=1)
+    assert report.runs[0].status == "failed" and report.restarts == 3
+    assert "its worker process died 3 times" in report.runs[0].reason
+    assert "killed by signal 9" in report.runs[0].reason
+    assert (world.runs / "k-00001.jsonl").exists()  # it stays resumable, like any crashed run
+
+
 def test_a_run_held_elsewhere_is_reported_active(world):
     store = JsonlStore(world.runs)
 
