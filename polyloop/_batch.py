@@ -10,6 +10,7 @@ any crash. See docs/how-to/run-a-thousand-rollouts.md.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -149,8 +150,6 @@ class _Process:
     """One worker process and the runs it holds."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
-        import socket
-
         mine, theirs = socket.socketpair()
         package_root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ)

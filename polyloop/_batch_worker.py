@@ -55,10 +55,12 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(2)
     conn.send(("ready", os.getpid()))
     worker = _Worker(conn, agent, JsonlStore(settings["directory"]), settings["target"], settings["wait_active"])
-    asyncio.run(worker.serve())
+    # Not asyncio.run: its shutdown waits for the threads of sync tools, and a stop
+    # must not wait for them; whatever they were doing is, for the log, a crash like any other.
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(worker.serve())
     sys.stdout.flush()
-    # Threads of tools that ignore cancellation must not hold the exit up:
-    # whatever they were doing is, for the log, a crash like any other.
+    sys.stderr.flush()
     os._exit(0)
 
 

@@ -122,3 +122,19 @@ def die() -> str:
 
 # Every attempt kills the worker process running it.
 killer = Agent(model=ScriptedModel([{"tool": "die", "args": {}}, {"final": "never"}]), tools=[die])
+
+
+@tool(replay="safe")
+def block(seconds: float) -> str:
+    """A sync tool that ignores cancellation: it sleeps in its thread."""
+    import time
+
+    marker = os.environ.get("BATCH_STARTED")
+    if marker:
+        Path(marker).touch()
+    time.sleep(seconds)
+    return "woke up"
+
+
+# Its only tool blocks its thread for a minute.
+sleeper = Agent(model=ScriptedModel([{"tool": "block", "args": {"seconds": 60}}, {"final": "done"}]), tools=[block])

@@ -8,7 +8,7 @@ import select
 import subprocess
 import time
 
-from batch_helpers import World, target
+from batch_helpers import World
 
 
 def _on_a_terminal(world: World, argv: list[str], **extra: str) -> tuple[subprocess.Popen[bytes], int]:
