@@ -101,10 +101,28 @@ def command(
         except BatchInterrupted as exc:
             report = exc.report
         if json:
-            render.print_json(report.to_json())
+            render.print_json(_json_doc(report, again))
         else:
             _summary(report, again)
     raise typer.Exit(_CODES[report.outcome])
+
+
+def _settle_commands(run: BatchRun, directory: str) -> list[str]:
+    flag = render.dir_flag(directory)
+    out = []
+    for w in run.waiting:
+        base = f"polyloop mark-resolved {shlex.quote(str(run.run_id))} {shlex.quote(str(w['id']))}"
+        out += [f"{base} --executed{flag}", f"{base} --not-executed{flag}"]
+    return out
+
+
+def _json_doc(report: BatchReport, again: str) -> dict:
+    """The report's document, plus the commands a script can run next (the same as printed)."""
+    doc = report.to_json()
+    for entry, run in zip(doc["runs"], report.runs, strict=True):
+        entry["next"] = _settle_commands(run, report.directory)
+    doc["next"] = None if report.outcome == "finished" else again
+    return doc
 
 
 def _again_command(target: str, goals_file: str, name: str | None, directory: str | None) -> str:
@@ -246,12 +264,11 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
     parked = by["needs_operator"]
     for run in _listed(console, parked, "needs an operator — decide whether each action happened, then run one of:"):
         _say(console, _who(run), render.clip(run.reason, 300))
-        for w in run.waiting:
-            base = f"polyloop mark-resolved {shlex.quote(str(run.run_id))} {shlex.quote(str(w['id']))}"
-            flag = render.dir_flag(where)
+        commands = _settle_commands(run, where)
+        for w, executed, not_executed in zip(run.waiting, commands[::2], commands[1::2], strict=True):
             tool = render.clip(w.get("tool"), 60)
-            _say(console, "    ", (f"{base} --executed{flag}", "cyan"), (f"  # {tool} happened", "dim"))
-            _say(console, "    ", (f"{base} --not-executed{flag}", "cyan"), (f"  # {tool} did not happen", "dim"))
+            _say(console, "    ", (executed, "cyan"), (f"  # {tool} happened", "dim"))
+            _say(console, "    ", (not_executed, "cyan"), (f"  # {tool} did not happen", "dim"))
     _more(console, parked)
     failed = [r for s in ("failed", "active", "invalid", "changed") for r in by[s]]
     for run in _listed(console, failed, "failed"):

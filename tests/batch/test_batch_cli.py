@@ -155,6 +155,8 @@ def test_a_worker_killed_after_a_never_action_parks_the_run_with_its_settle_comm
     assert doc["summary"]["finished"] == 2 and doc["summary"]["needs_operator"] == 1
     parked = next(r for r in doc["runs"] if r["status"] == "needs_operator")
     assert parked["action"] == "skipped" and parked["waiting"][0]["tool"] == "stamp"
+    assert parked["next"][0] == executed  # the JSON carries the same commands
+    assert doc["next"].startswith("polyloop batch ")
     # The effect happened (the world says so): settle it with the printed command, re-run.
     settle = subprocess.run([*polyloop(), *shlex.split(executed)[1:]], cwd=world.root, capture_output=True, text=True, timeout=60)
     assert settle.returncode == 0, settle
