@@ -107,12 +107,20 @@ def command(
     raise typer.Exit(_CODES[report.outcome])
 
 
-def _settle_commands(run: BatchRun, directory: str) -> list[str]:
+def _settle(run: BatchRun, directory: str) -> list[tuple[str, str]]:
+    """The commands that settle what a parked run waits for, each with what it means."""
     flag = render.dir_flag(directory)
+    rid = shlex.quote(str(run.run_id))
     out = []
     for w in run.waiting:
-        base = f"polyloop mark-resolved {shlex.quote(str(run.run_id))} {shlex.quote(str(w['id']))}"
-        out += [f"{base} --executed{flag}", f"{base} --not-executed{flag}"]
+        tool = render.clip(w.get("tool"), 60)
+        if w.get("kind", "unknown") not in ("unknown", "alert"):
+            # Other kinds of waiting have their own commands; inspect names them.
+            out.append((f"polyloop inspect {rid}{flag}", f"{w.get('kind')}: inspect says how to settle it"))
+            continue
+        base = f"polyloop mark-resolved {rid} {shlex.quote(str(w['id']))}"
+        out.append((f"{base} --executed{flag}", f"{tool} happened"))
+        out.append((f"{base} --not-executed{flag}", f"{tool} did not happen"))
     return out
 
 
@@ -120,7 +128,7 @@ def _json_doc(report: BatchReport, again: str) -> dict:
     """The report's document, plus the commands a script can run next (the same as printed)."""
     doc = report.to_json()
     for entry, run in zip(doc["runs"], report.runs, strict=True):
-        entry["next"] = _settle_commands(run, report.directory)
+        entry["next"] = [command for command, _ in _settle(run, report.directory)]
     doc["next"] = None if report.outcome == "finished" else again
     return doc
 
@@ -264,11 +272,8 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
     parked = by["needs_operator"]
     for run in _listed(console, parked, "needs an operator — decide whether each action happened, then run one of:"):
         _say(console, _who(run), render.clip(run.reason, 300))
-        commands = _settle_commands(run, where)
-        for w, executed, not_executed in zip(run.waiting, commands[::2], commands[1::2], strict=True):
-            tool = render.clip(w.get("tool"), 60)
-            _say(console, "    ", (executed, "cyan"), (f"  # {tool} happened", "dim"))
-            _say(console, "    ", (not_executed, "cyan"), (f"  # {tool} did not happen", "dim"))
+        for command, meaning in _settle(run, where):
+            _say(console, "    ", (command, "cyan"), (f"  # {meaning}", "dim"))
     _more(console, parked)
     failed = [r for s in ("failed", "active", "invalid", "changed") for r in by[s]]
     for run in _listed(console, failed, "failed"):

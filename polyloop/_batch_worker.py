@@ -177,22 +177,27 @@ class _Worker:
         except RunNotFoundError:
             report = None
         if report is not None:
+            # Read through the `inspect --json` document: that is the contract a
+            # report keeps (docs/reference/json.md), whatever the classes behind it.
             action = "resumed"
-            if report.status == "corrupt":
-                return entry("corrupt", report.reason, "none")
-            if report.status == "active":
-                raise RunActiveError(run_id, report.holder)
-            rec = report.recovery
-            assert rec is not None
-            before = rec.completed_steps
-            if rec.started.goal != goal:
+            doc = report.to_json()
+            status = doc["status"]
+            if status == "corrupt":
+                return entry("corrupt", doc["reason"], "none")
+            if status == "active":
+                raise RunActiveError(run_id, doc.get("holder"))
+            before = int(doc.get("steps") or 0)
+            if doc.get("goal") != goal:
                 return entry("changed", _mismatch(run_id, "goal"), "none", before)
-            if rec.started.target != self.target:
-                return entry("changed", _mismatch(run_id, "target", rec.started.target), "none", before)
-            if report.status == "finished" and rec.finished is not None:
-                return _finished(run_id, line, _result(run_id, rec.finished), "skipped")
-            if report.status == "needs_operator":
-                return entry("needs_operator", _unknown(rec.blocking), "skipped", before, _waiting(rec.blocking))
+            if doc.get("target") != self.target:
+                return entry("changed", _mismatch(run_id, "target", doc.get("target")), "none", before)
+            if status == "finished":
+                error = getattr(getattr(report.recovery, "finished", None), "error", None)
+                result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
+                return _finished(run_id, line, result, "skipped")
+            if status == "needs_operator":
+                waiting = _waiting_of(doc)
+                return entry("needs_operator", _unknown(waiting), "skipped", before, waiting)
         extra = {"inputs": inputs} if inputs is not None else {}
         try:
             result = await self.agent.run(
@@ -200,7 +205,8 @@ class _Worker:
             )
         except NeedsOperatorError as exc:
             steps = before + self.counting.steps.get(run_id, 0)
-            return entry("needs_operator", _unknown(exc.executions), action, steps, _waiting(exc.executions))
+            waiting = _waiting(exc.executions)
+            return entry("needs_operator", _unknown(waiting), action, steps, waiting)
         except CorruptLogError as exc:
             return entry("corrupt", str(exc), "none", before)
         except RunActiveError:
@@ -213,10 +219,6 @@ class _Worker:
             steps = before + self.counting.steps.get(run_id, 0)
             return entry("failed", f"{type(exc).__name__}: {exc}", action, steps)
         return _finished(run_id, line, result, action)
-
-
-def _result(run_id: str, finished: Any) -> RunResult:
-    return RunResult(run_id, finished.reason, finished.result, finished.steps, finished.error)
 
 
 def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRun:
@@ -245,8 +247,20 @@ def _waiting(executions: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _unknown(executions: Any) -> str:
-    what = ", ".join(f"{e.tool} ({e.result_id})" for e in executions)
+def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a person must settle, from an `inspect --json` document."""
+    if doc.get("waiting"):
+        return [dict(w) for w in doc["waiting"]]
+    return [  # documents without a `waiting` list: the open unknown `never` actions
+        {"id": e["id"], "kind": "unknown", "tool": e.get("tool"), "args": e.get("args"), "step": e.get("step")}
+        for e in doc.get("executions", ())
+        if e.get("kind") == "action" and e.get("state") == "unknown" and e.get("replay") == "never"
+        and "resolution" not in e
+    ]
+
+
+def _unknown(waiting: list[dict[str, Any]]) -> str:
+    what = ", ".join(f"{w.get('tool')} ({w.get('id')})" for w in waiting) or "an action"
     return f"the outcome of {what} is unknown and its tool is not safe to replay: an operator must settle it"
 
 
