@@ -125,10 +125,17 @@ def run_batch(
         save_manifest(manifest, name=name, target=target, runs=runs)
         supervisor = _Supervisor(
             name, target, where, lines, removed,
-            processes=processes or os.cpu_count() or 1, concurrency=concurrency, progress=progress,
+            processes=processes or _cores(), concurrency=concurrency, progress=progress,
             wait_active=wait_active,
         )
         return supervisor.report(supervisor.run())
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may use (containers, taskset)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _canonical(target: str) -> str:

@@ -165,7 +165,7 @@ def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: boo
         obj: Any = item
     else:
         try:
-            obj = orjson.loads(text)  # type: ignore[arg-type]
+            obj = orjson.loads(text.lstrip("\ufeff"))  # type: ignore[union-attr]  (a BOM some editors write)
         except orjson.JSONDecodeError as exc:
             return BatchLine(number, default_id, error=f"the line is not JSON ({exc})")
     if not isinstance(obj, Mapping):

@@ -46,7 +46,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
     conn = Connection(fd)
-    settings = conn.recv()
+    try:
+        settings = conn.recv()
+    except (EOFError, OSError):  # the parent died before it said what to run
+        os._exit(1)
     sys.path[:] = settings["sys_path"]
     try:
         agent = load_target(settings["target"])

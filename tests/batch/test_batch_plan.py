@@ -64,6 +64,11 @@ def test_a_bad_line_gets_its_own_error_and_the_others_still_plan(tmp_path, line,
     assert lines[1].error is not None and error in lines[1].error
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_goal(tmp_path):
+    assert [x.goal for x in plan(tmp_path, '\ufeff{"goal": "g"}\n')] == ["g"]
+    assert [x.goal for x in plan(tmp_path, "\ufeffplain goal\n")] == ["plain goal"]
+
+
 def test_a_run_id_used_twice_is_an_error_on_the_later_line(tmp_path):
     lines = plan(tmp_path, '{"goal": "a", "run_id": "b-00002"}\n{"goal": "b"}\n')
     assert lines[0].error is None
