@@ -220,7 +220,6 @@ class _Supervisor:
                 self.results[key] = BatchRun(line.run_id, line.line, status, 0, line.error)  # type: ignore[arg-type]
             else:
                 self.queue.append(_Item(key, line))
-        self.items = {item.key: item for item in self.queue}
         self.lines = [*lines, *removed]
         self.processes = min(processes, len(self.queue))
         self.concurrency = concurrency
@@ -261,16 +260,20 @@ class _Supervisor:
     def _dispatch(self) -> None:
         while self.queue and len(self.workers) < self.processes:
             self.workers.append(_Process(self.settings))
-        for w in sorted(self.workers, key=lambda w: len(w.held)):
-            while self.queue and len(w.held) < self.concurrency:
-                item = self.queue.popleft()
-                line = item.line
-                try:
-                    w.conn.send(("run", item.key, line.line, line.run_id, line.goal, line.inputs))
-                except OSError:  # it died; the next wait() sees it
-                    self.queue.appendleft(item)
-                    break
-                w.held[item.key] = item
+        open_ = list(self.workers)
+        while self.queue and open_:
+            w = min(open_, key=lambda w: len(w.held))  # one at a time: a small batch spreads too
+            if len(w.held) >= self.concurrency:
+                break
+            item = self.queue.popleft()
+            line = item.line
+            try:
+                w.conn.send(("run", item.key, line.line, line.run_id, line.goal, line.inputs))
+            except OSError:  # it died; the next wait() sees it
+                self.queue.appendleft(item)
+                open_.remove(w)
+                continue
+            w.held[item.key] = item
 
     def _drain(self, worker: _Process) -> None:
         try:
