@@ -90,6 +90,7 @@ def command(
     """
     where = options.directory(directory)
     with failures(Scope(json=json, directory=where)):
+        options.utf8(target, "TARGET")
         options.utf8(goals_file, "GOALS_FILE")
         again = _again_command(target, goals_file, name, directory)
         try:
