@@ -174,6 +174,18 @@ def test_a_run_that_keeps_killing_its_worker_fails_after_three_deaths(world):
     assert (world.runs / "k-00001.jsonl").exists()  # it stays resumable, like any crashed run
 
 
+def test_a_second_invocation_of_a_running_batch_exits_2_and_runs_nothing(world):
+    from polyloop._batch_plan import batch_lock
+
+    goals = world.goals(["a"])
+    world.runs.mkdir()
+    with batch_lock(world.runs, "goals"):
+        done = world.batch("quick", goals)
+    assert done.code == 2, done
+    assert "batch goals is already running" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not any(world.runs.glob("*.jsonl"))
+
+
 def test_a_run_held_elsewhere_is_reported_active(world):
     store = JsonlStore(world.runs)
 
