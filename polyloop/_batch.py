@@ -121,8 +121,10 @@ def run_batch(
         raise BatchError(f"cannot create the run directory {where}: {exc.strerror}") from exc
     with batch_lock(where, name):
         manifest = manifest_path(where, name)
-        lines, removed, runs = reconcile(lines, load_manifest(manifest))
-        save_manifest(manifest, name=name, target=target, runs=runs)
+        recorded = load_manifest(manifest)
+        lines, removed, runs = reconcile(lines, recorded)
+        if runs != recorded or not manifest.exists():
+            save_manifest(manifest, name=name, target=target, runs=runs)
         supervisor = _Supervisor(
             name, target, where, lines, removed,
             processes=processes or _cores(), concurrency=concurrency, progress=progress,

@@ -68,7 +68,9 @@ class World:
         return path
 
     def argv(self, agent: str, goals: Path, *args: str) -> list[str]:
-        return [*polyloop(), "batch", target(agent), str(goals), "--dir", str(self.runs), *args]
+        # One worker unless a test asks for more: each worker costs an interpreter's start.
+        workers = () if "--processes" in args else ("--processes", "1")
+        return [*polyloop(), "batch", target(agent), str(goals), "--dir", str(self.runs), *workers, *args]
 
     def batch(self, agent: str, goals: Path, *args: str, timeout: float = 120, **extra: str) -> Done:
         proc = subprocess.run(
