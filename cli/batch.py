@@ -155,6 +155,21 @@ def _counts_text(p: BatchProgress) -> str:
     )
 
 
+def _stopping_notice(console: Console) -> Callable[[BatchProgress], None]:
+    said = [False]
+
+    def notice(p: BatchProgress) -> None:
+        if p.stopping and not said[0]:
+            said[0] = True
+            console.print(
+                Text(f"stopping: {p.running} runs are finishing what they started "
+                     "(Ctrl-C again to kill them: an action in progress then stays unknown)"),
+                soft_wrap=True,
+            )
+
+    return notice
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 60:
@@ -179,19 +194,24 @@ def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], 
         )
         task = progress.add_task("", total=None)
 
+        notice = _stopping_notice(progress.console)
+
         def update(p: BatchProgress) -> None:
             progress.update(task, completed=p.done, total=p.total, description=_counts_text(p))
             progress.refresh()
+            notice(p)
 
         with progress:
             yield update
         return
+    notice = _stopping_notice(render.err())
     if not plain:
-        yield None
+        yield notice
         return
     last = [time.monotonic(), -1]  # the first line after PLAIN_EVERY: a short batch prints one
 
     def line(p: BatchProgress) -> None:
+        notice(p)
         now = time.monotonic()
         if p.done == last[1] or (now - last[0] < PLAIN_EVERY and p.done < p.total):
             return

@@ -43,7 +43,6 @@ DEFAULT_CONCURRENCY = 16
 # `failed` instead of being handed out again (it may be what kills them).
 MAX_DEATHS = 3
 PROGRESS_EVERY = 0.1
-STOP_GRACE = 10.0
 
 
 class BatchInterrupted(KeyboardInterrupt):
@@ -233,6 +232,7 @@ class _Supervisor:
         self.started = time.monotonic()
         self.last_progress = 0.0
         self.interrupted = False
+        self.stopping = False
 
     # -- the loop ----------------------------------------------------------------
 
@@ -315,24 +315,31 @@ class _Supervisor:
         self.restarts += 1
 
     def _stop(self) -> None:
-        """Ctrl-C: ask every worker to cancel its runs, collect what they finished, then end them."""
+        """Ctrl-C: ask every worker to cancel its runs and wait until they have.
+
+        A run cancelled inside a synchronous tool may wait for the tool's
+        thread to end so its outcome is recorded, as `polyloop run` does; a
+        second Ctrl-C stops waiting, and the workers are killed (a crash: an
+        action in progress is then an unknown execution).
+        """
+        self.stopping = True
         for w in self.workers:
             try:
                 w.conn.send(("stop",))
             except OSError:
                 pass
-        deadline = time.monotonic() + STOP_GRACE
         alive = list(self.workers)
         try:
-            while alive and time.monotonic() < deadline:
-                for conn in wait([w.conn for w in alive], timeout=0.1):
+            while alive:
+                self._show(force=True)
+                for conn in wait([w.conn for w in alive], timeout=0.5):
                     w = next(x for x in alive if x.conn is conn)
                     try:
                         while w.conn.poll():
                             self._message(w, w.conn.recv())
                     except Exception:  # gone, or a message cut by the first Ctrl-C
                         alive.remove(w)
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the kill below is a crash like any other
+        except KeyboardInterrupt:  # the second Ctrl-C: stop waiting
             pass
 
     # -- reporting -------------------------------------------------------------
@@ -354,6 +361,7 @@ class _Supervisor:
                 seconds=now - self.started,
                 restarts=self.restarts,
                 done_by_workers=self.by_workers,
+                stopping=self.stopping,
             )
         )
 

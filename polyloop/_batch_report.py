@@ -145,6 +145,9 @@ class BatchProgress:
         steps: steps completed by this invocation so far.
         seconds: since the invocation began.
         restarts: worker processes replaced after dying.
+        done_by_workers: runs the workers settled so far (the pace of the ETA).
+        stopping: Ctrl-C came; the workers are stopping their runs (a
+            second Ctrl-C kills them).
     """
 
     total: int
@@ -155,6 +158,7 @@ class BatchProgress:
     seconds: float
     restarts: int = 0
     done_by_workers: int = 0
+    stopping: bool = False
 
     @property
     def done(self) -> int:

@@ -136,5 +136,9 @@ def block(seconds: float) -> str:
     return "woke up"
 
 
-# Its only tool blocks its thread for a minute.
-sleeper = Agent(model=ScriptedModel([{"tool": "block", "args": {"seconds": 60}}, {"final": "done"}]), tools=[block])
+# Its only tool blocks its thread for BATCH_BLOCK seconds (default 2).
+sleeper = Agent(
+    model=ScriptedModel([{"tool": "block", "args": {"seconds": float(os.environ.get("BATCH_BLOCK") or 2)}},
+                         {"final": "done"}]),
+    tools=[block],
+)
