@@ -28,6 +28,7 @@ import typer
 from polyloop import (
     BatchError,
     CorruptLogError,
+    InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
     NeedsOperatorError,
@@ -66,6 +67,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (ModelCallError, FAILURE),
     (StoreError, FAILURE),
     (InvalidRunIdError, USAGE),
+    (InvalidInputError, USAGE),
     (RunNotFoundError, USAGE),
     (RunExistsError, USAGE),
     # Another live process holds the run: the request is wrong *right now*;
@@ -120,6 +122,7 @@ class Scope:
     json: bool = False
     directory: str | None = None
     run_id: str | None = None
+    resumable: bool = False  # the command runs the run: an interruption leaves it resumable
 
 
 @contextlib.contextmanager
@@ -127,8 +130,14 @@ def failures(scope: Scope) -> Iterator[Scope]:
     """Run a command body; turn anything it raises into a rendered message and an exit code."""
     try:
         yield scope
-    except (typer.Exit, ClickException, SystemExit, GeneratorExit):
+    except (typer.Exit, ClickException, GeneratorExit):
         raise
+    except SystemExit as exc:
+        # Only our own code picks the exit code: user code (an agent, a tool,
+        # a model) calling sys.exit() is a failure like any other.
+        failure = PolyLoopError(f"the agent's code called sys.exit({exc.code!r})")
+        render.failure(failure, FAILURE, scope, kind="expected", show_traceback=_debug)
+        raise typer.Exit(FAILURE) from None
     except BaseException as exc:  # KeyboardInterrupt too: it becomes 130
         code = exit_code(exc)
         if code == INTERRUPTED:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 import typer
 
@@ -13,7 +14,23 @@ from .errors import Scope, failures
 from .resume import RunId
 
 
-def command(run_id: RunId, directory: options.Directory = None, json: options.Json = False) -> None:
+def command(
+    run_id: RunId,
+    directory: options.Directory = None,
+    json: options.Json = False,
+    all_steps: Annotated[
+        bool, typer.Option("--all", help="List every step (the default lists the last 20).")
+    ] = False,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps",
+            metavar="FROM-TO",
+            help="List only these steps, e.g. --steps 100-120 (or one step: --steps 7).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Show run ID: every step's model call and action, and what resume would do next.
 
     Each execution is shown in its state: done (intent and result), unknown
@@ -23,7 +40,9 @@ def command(run_id: RunId, directory: options.Directory = None, json: options.Js
     spent and re-spent, operators' resolutions, the run's status
     (finished, needs_operator, resumable, corrupt, active), why it stopped,
     and - for an unknown `never` action - the exact mark-resolved commands.
-    Nothing is written: inspect never changes a log.
+    The text lists the last 20 steps (--all for every step, --steps FROM-TO
+    for a range); whatever waits for a person is always shown. --json holds
+    every step. Nothing is written: inspect never changes a log.
 
     Exit: 0 whenever the log could be read, whatever the run's status (read
     `status` from --json); 2 unknown or unsafe run id.
@@ -35,9 +54,10 @@ def command(run_id: RunId, directory: options.Directory = None, json: options.Js
     """
     where = options.directory(directory)
     with failures(Scope(json=json, directory=where, run_id=run_id)):
+        shown = options.step_range(steps, all_steps)
         report = asyncio.run(inspect_run(JsonlStore(where), run_id))
         if json:
             render.print_json(report.to_json())
         else:
-            render.inspect_report(report, where)
+            render.inspect_report(report, where, steps=shown)
     raise typer.Exit(0)

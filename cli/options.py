@@ -39,3 +39,21 @@ def utf8(value: str | None, flag: str) -> str | None:
         except UnicodeEncodeError:
             raise BadInput(f"{flag} is not valid UTF-8 text") from None
     return value
+
+
+def step_range(given: str | None, all_steps: bool) -> tuple[int, int] | None:
+    """`--steps FROM-TO` (or `N`) as a range; `--all` as every step; None for the default."""
+    if given is not None and all_steps:
+        raise BadInput("--steps and --all: give one, not both")
+    if all_steps:
+        return (1, 2**62)
+    if given is None:
+        return None
+    first, sep, last = given.partition("-")
+    try:
+        start, end = int(first), int(last) if sep else int(first)
+    except ValueError:
+        raise BadInput(f"--steps takes FROM-TO or N (whole numbers), not {given!r}") from None
+    if not 1 <= start <= end:
+        raise BadInput(f"--steps {given}: FROM must be at least 1 and no more than TO")
+    return (start, end)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import CorruptLogError, JsonlStore, RunActiveError, RunResult, inspect_run, resume_run
+from polyloop import JsonlStore, resume_run
 
 from . import options, render
 from .errors import Scope, failures, result_code
@@ -35,20 +35,9 @@ def command(run_id: RunId, directory: options.Directory = None) -> None:
       polyloop resume demo
     """
     where = options.directory(directory)
-    with failures(Scope(directory=where, run_id=run_id)):
-        result, already = asyncio.run(_resume(JsonlStore(where), run_id))
-        render.run_result(result, already=already)
+    with failures(Scope(directory=where, run_id=run_id, resumable=True)):
+        store = JsonlStore(where)
+        begins = lambda next_step: render.resume_begins(run_id, next_step)  # noqa: E731
+        result = asyncio.run(resume_run(run_id, store=store, on_resume=begins))
+        render.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
-
-
-async def _resume(store: JsonlStore, run_id: str) -> tuple[RunResult, bool]:
-    report = await inspect_run(store, run_id)
-    if report.status == "corrupt":
-        raise CorruptLogError(run_id, report.problems)
-    if report.status == "active":
-        raise RunActiveError(run_id, report.holder)
-    if report.status == "finished":
-        return await resume_run(run_id, store=store), True
-    if report.status != "needs_operator":
-        render.resume_begins(report)
-    return await resume_run(run_id, store=store), False

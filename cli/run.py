@@ -45,7 +45,14 @@ def command(
     directory: options.Directory = None,
     max_steps: Annotated[
         int | None,
-        typer.Option("--max-steps", metavar="N", min=1, help="The step budget (default: the agent's).", show_default=False),
+        typer.Option(
+            "--max-steps",
+            metavar="N",
+            min=1,
+            max=1_000_000_000,  # the library's bound too
+            help="The step budget, 1 to 1,000,000,000 (default: the agent's).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.
@@ -66,7 +73,7 @@ def command(
       polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
     """
     where = options.directory(directory)
-    with failures(Scope(directory=where)) as scope:
+    with failures(Scope(directory=where, resumable=True)) as scope:
         store = JsonlStore(where)
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")

@@ -258,10 +258,9 @@ class SqliteStore:
         for index, (_seq, body) in enumerate(rows):
             try:
                 records.append(decode_record(orjson.loads(body)))
+            except SchemaVersionError as exc:  # an unknown major version: the whole log
+                raise SchemaVersionError(run_id, exc.version) from None
             except RecordError as exc:
-                version = getattr(exc, "version", None)  # set for an unknown major version
-                if version is not None:
-                    raise SchemaVersionError(run_id, version) from None
                 problems.append(Problem(str(exc), index=index))
             except orjson.JSONDecodeError as exc:
                 problems.append(Problem(f"not JSON: {exc}", index=index))

@@ -16,6 +16,7 @@ from ._batch_report import BatchProgress, BatchReport, BatchRun
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     CorruptLogError,
+    InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
     NeedsOperatorError,
@@ -66,6 +67,7 @@ __all__ = [
     "Execution",
     "FileVerdict",
     "Intent",
+    "InvalidInputError",
     "InvalidRunIdError",
     "JsonlStore",
     "LockingStore",

@@ -1,33 +1,20 @@
-"""The run loop: model call, parse, action, observation, history — intent first, always."""
+"""The agent: a model with tools, and `Agent.run`, which starts or resumes a run."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-from collections.abc import Awaitable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from ._classify import Recovery, StepView, classify
-from ._errors import (
-    MAX_RETRY_AFTER,
-    ModelCallError,
-    NeedsOperatorError,
-    PolyLoopError,
-    RunExistsError,
-    RunMismatchError,
-    RunNotFoundError,
-    StoreError,
-    TransientModelError,
-)
-from ._ids import check_run_id, idempotency_key, new_run_id, result_id
-from ._model import Model, ModelOutput, Usage, _History
-from ._records import FinishReason, Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
+from ._classify import max_steps_of
+from ._errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
+from ._ids import check_run_id, new_run_id
+from ._loop import _Run, held, read_or_none, verdict, walk_off_loop
+from ._model import Model
+from ._records import FinishReason, RunStarted, encode
 from ._store import Store
-from ._tools import Tool, ToolContext
+from ._tools import Tool
 
 DEFAULT_DIRECTORY = "runs"
 
@@ -47,6 +34,7 @@ class RunResult:
         text: the final answer (None unless reason is `final_answer`).
         steps: how many steps the run completed.
         error: why it ended, when reason is `error`.
+        already_finished: the run had finished before this call (nothing ran).
     """
 
     run_id: str
@@ -54,6 +42,7 @@ class RunResult:
     text: str | None
     steps: int
     error: str | None = None
+    already_finished: bool = field(default=False, compare=False)
 
     @property
     def final(self) -> str | None:
@@ -85,10 +74,8 @@ class Agent:
         max_attempts: int = 6,
         retry_backoff: float = 1.0,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError("max_steps must be at least 1")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+        _check_count("max_steps", max_steps)
+        _check_count("max_attempts", max_attempts)
         self.model = model
         self.tools = list(tools)
         for t in self.tools:
@@ -162,251 +149,51 @@ class Agent:
 
             store = JsonlStore(default_directory())
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
-        if new and await _read_or_none(store, run_id) is not None:
+        if max_steps is not None:
+            _check_count("max_steps", max_steps)
+        started = None
+        if goal is not None:
+            # Everything a new run would record is checked before the first
+            # byte (lock file included) is written.
+            started = RunStarted(run_id=run_id, goal=goal, target=target, config=self.config(max_steps))
+            try:
+                encode(started)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"run {run_id!r} cannot be recorded: {exc}") from None
+        if new and await read_or_none(store, run_id) is not None:
             raise RunExistsError(run_id)  # before the lock, which would trim a torn tail
-        lock = getattr(store, "lock", None)
-        held = lock(run_id) if callable(lock) else contextlib.nullcontext()
-        async with held:
-            records = await _read_or_none(store, run_id)
+        async with held(store, run_id) as records:
             if records is None:
-                if goal is None:
+                if started is None:
                     raise ValueError("a new run needs a goal (an empty string is allowed)")
-                started = RunStarted(
-                    run_id=run_id, goal=goal, target=target, config=self.config(max_steps)
-                )
-                await _store_call(store.write_run_started(started), run_id)
-                recovery = classify([started], run_id=run_id)
-            else:
-                if new:
-                    raise RunExistsError(run_id)
-                recovery = classify(records, run_id=run_id)
-                recorded = recovery.started
-                if goal is not None and goal != recorded.goal:
-                    raise RunMismatchError(run_id, "goal", recorded.goal, goal)
-                if max_steps is not None and max_steps != recovery.max_steps:
-                    raise RunMismatchError(run_id, "max_steps", recovery.max_steps, max_steps)
-            return await _Run(self, store, recovery).go()
+                await _write_started(store, started)
+                records = [started]
+            elif new:
+                raise RunExistsError(run_id)
+            walker = verdict(await walk_off_loop(records, run_id), run_id)
+            assert walker.started is not None
+            if goal is not None and goal != walker.started.goal:
+                raise RunMismatchError(run_id, "goal", walker.started.goal, goal)
+            recorded = max_steps_of(walker.started)
+            if max_steps is not None and max_steps != recorded:
+                raise RunMismatchError(run_id, "max_steps", recorded, max_steps)
+            return await _Run(self, store, walker).go()
 
 
-async def _read_or_none(store: Store, run_id: str) -> Sequence[Any] | None:
+# A step budget beyond this is a typo, not a plan; it also keeps every count
+# far inside what the log's JSON integers carry.
+MAX_COUNT = 1_000_000_000
+
+
+def _check_count(name: str, value: object) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_COUNT:
+        raise InvalidInputError(f"{name} must be a whole number from 1 to {MAX_COUNT:,}, not {value!r}")
+
+
+async def _write_started(store: Store, started: RunStarted) -> None:
     try:
-        return await store.read_log(run_id)
-    except RunNotFoundError:
-        return None
+        await store.write_run_started(started)
     except PolyLoopError:
         raise
     except Exception as exc:
-        raise StoreError(f"store failed to read run {run_id!r}: {exc}", run_id=run_id) from exc
-
-
-async def _store_call(write: Awaitable[None], run_id: str) -> None:
-    # Fail closed: any store failure stops the run with a library error.
-    try:
-        await write
-    except PolyLoopError:
-        raise
-    except Exception as exc:
-        raise StoreError(f"store failed to write run {run_id!r}: {exc}", run_id=run_id) from exc
-
-
-def _usage_json(usage: Any) -> dict[str, int] | None:
-    if not isinstance(usage, Usage):
-        return None
-    try:  # a model may hand over floats or strings; the log holds token counts
-        return {"input_tokens": int(usage.input_tokens), "output_tokens": int(usage.output_tokens)}
-    except (TypeError, ValueError):
-        return None
-
-
-def _observation_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    return orjson.dumps(value, default=str).decode()
-
-
-class _Run:
-    """One pass of the loop over a run, from its recovery verdict to its end."""
-
-    def __init__(self, agent: Agent, store: Store, recovery: Recovery) -> None:
-        self.agent = agent
-        self.store = store
-        self.recovery = recovery
-        self.run_id = recovery.run_id
-        config = recovery.started.config
-        self.max_steps: int = recovery.max_steps or agent.max_steps
-        self.system = config["system"] if "system" in config else agent.system
-        self.tools = {t.name: t for t in agent.tools}
-        self.specs = [t.spec() for t in agent.tools]
-        self.completed = 0
-
-    async def go(self) -> RunResult:
-        rec = self.recovery
-        if rec.finished is not None:
-            f = rec.finished
-            return RunResult(self.run_id, f.reason, f.result, f.steps, f.error)
-        if rec.blocking:
-            raise NeedsOperatorError(self.run_id, rec.blocking)
-        history = _History()
-        if self.system:
-            history.append({"role": "system", "content": self.system})
-        history.append({"role": "user", "content": rec.started.goal})
-        step = 1
-        while True:
-            if step > self.max_steps:
-                return await self._finish("max_steps", None)
-            view = rec.steps[step - 1] if step <= len(rec.steps) else None
-            try:
-                output, model_rid = await self._decide(step, view, history)
-            except _Budget as spent:
-                return await self._finish(
-                    "error",
-                    None,
-                    error=f"the model call of step {spent.step} failed {spent.attempts} times",
-                )
-            call = output.tool_call
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": output.text,
-                    "tool_call": None
-                    if call is None
-                    else {"id": model_rid, "name": call.name, "args": call.args},
-                }
-            )
-            if call is None:
-                if view is None or view.completed is None:
-                    await self._write_step(StepCompleted(step=step, result_id=None, observation=None))
-                self.completed = step
-                return await self._finish("final_answer", output.text)
-            observation = await self._act(step, view, call.name, call.args)
-            self.completed = step
-            history.append(
-                {"role": "tool", "tool_call_id": model_rid, "name": call.name, "content": observation}
-            )
-            step += 1
-
-    async def _decide(
-        self, step: int, view: StepView | None, history: _History
-    ) -> tuple[ModelOutput, str]:
-        if view is not None and view.output is not None:
-            out = view.output
-            assert out.output is not None
-            return ModelOutput.from_json(out.output, out.usage), out.result_id
-        attempt = len(view.model_calls) + 1 if view is not None else 1
-        while True:
-            if attempt > self.agent.max_attempts:
-                raise _Budget(step, attempt - 1)
-            rid = result_id("model_call", step, attempt)
-            await _store_call(
-                self.store.write_intent(
-                    self.run_id, Intent(kind="model_call", step=step, attempt=attempt, result_id=rid)
-                ),
-                self.run_id,
-            )
-            try:
-                output = await self.agent.model.complete(history.view(), self.specs)
-                if not isinstance(output, ModelOutput):
-                    raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                spent = getattr(exc, "usage", None)
-                await _store_call(
-                    self.store.write_model_call_result(
-                        self.run_id,
-                        ModelCallResult(
-                            result_id=rid, output=None, error=error, usage=_usage_json(spent)
-                        ),
-                    ),
-                    self.run_id,
-                )
-                if isinstance(exc, TransientModelError) and attempt < self.agent.max_attempts:
-                    backoff = self.agent.retry_backoff * 2 ** (attempt - 1)
-                    if exc.retry_after:
-                        backoff = max(backoff, min(exc.retry_after, MAX_RETRY_AFTER))
-                    await asyncio.sleep(backoff)
-                    attempt += 1
-                    continue
-                if attempt >= self.agent.max_attempts:
-                    raise _Budget(step, attempt) from exc
-                raise ModelCallError(self.run_id, step, attempt, error) from exc
-            await _store_call(
-                self.store.write_model_call_result(
-                    self.run_id,
-                    ModelCallResult(
-                        result_id=rid, output=output.to_json(), usage=_usage_json(output.usage)
-                    ),
-                ),
-                self.run_id,
-            )
-            return output, rid
-
-    async def _act(self, step: int, view: StepView | None, name: str, args: dict[str, Any]) -> str:
-        if view is not None and view.completed is not None:
-            return view.completed.observation or ""
-        actions = view.actions if view is not None else ()
-        tool = self.tools.get(name)
-        if tool is None:
-            if actions:
-                raise RunMismatchError(self.run_id, "tools", name, sorted(self.tools))
-            known = ", ".join(sorted(self.tools)) or "none"
-            observation = f"error: unknown tool {name!r}; available tools: {known}"
-            await self._write_step(
-                StepCompleted(step=step, result_id=None, observation=observation, is_error=True)
-            )
-            return observation
-        attempt = 1
-        if actions:
-            last = actions[-1]
-            if last.resolution is not None and last.resolution.outcome == "executed":
-                observation = last.resolution.observation or ""
-                await self._write_step(
-                    StepCompleted(step=step, result_id=last.result_id, observation=observation)
-                )
-                return observation
-            attempt = last.attempt + 1
-        rid = result_id("action", step, attempt)
-        key = idempotency_key(self.run_id, step, name, args)
-        await _store_call(
-            self.store.write_intent(
-                self.run_id,
-                Intent(
-                    kind="action",
-                    step=step,
-                    attempt=attempt,
-                    result_id=rid,
-                    tool=name,
-                    args=args,
-                    replay=tool.replay,
-                    idempotency_key=key,
-                ),
-            ),
-            self.run_id,
-        )
-        ctx = ToolContext(self.run_id, step, attempt, rid, key)
-        try:
-            observation, is_error = _observation_text(await tool.invoke(args, ctx)), False
-        except Exception as exc:  # a tool failure is data the model sees
-            observation, is_error = f"error: {type(exc).__name__}: {exc}", True
-        await self._write_step(
-            StepCompleted(step=step, result_id=rid, observation=observation, is_error=is_error)
-        )
-        return observation
-
-    async def _write_step(self, record: StepCompleted) -> None:
-        await _store_call(self.store.write_step_completed(self.run_id, record), self.run_id)
-
-    async def _finish(self, reason: FinishReason, text: str | None, error: str | None = None) -> RunResult:
-        record = RunFinished(reason=reason, result=text, steps=self.completed, error=error)
-        await _store_call(self.store.write_run_finished(self.run_id, record), self.run_id)
-        return RunResult(self.run_id, reason, text, self.completed, error)
-
-
-class _Budget(Exception):
-    """The model call attempts of one step are spent."""
-
-    def __init__(self, step: int, attempts: int) -> None:
-        self.step = step
-        self.attempts = attempts
-
+        raise StoreError(f"store failed to write run {started.run_id!r}: {exc}", run_id=started.run_id) from exc

@@ -1,21 +1,39 @@
-"""Recovery classification: a pure function from a run's records to a verdict.
+"""Recovery classification: a pure walk from a run's records to a verdict.
 
-Every execution (model call or action) is put in one of the four states of
-SPEC §3 — done (intent and result), not started (neither: it simply has no
-record yet), unknown (intent, no result) and impossible (result, no intent:
-corruption) — refined for display into `done`, `unknown`, `superseded` (an
-unknown attempt a later attempt replaced) and `resolved` (an operator said
-what happened). Any state a correct writer cannot produce is reported as a
-`Problem`; `classify` raises `CorruptLogError` listing all of them.
+Every execution (model call or action) is in one of the four states of
+docs/reference/log-format.md ("The four states of an execution"): done
+(intent and result), not started (neither: it simply has no record yet),
+unknown (intent, no result) and impossible (result, no intent: corruption).
+`STATE_TABLE` below is where an execution with an intent gets its state; the
+walker assigns nothing anywhere else.
+
+The walker has one handler per record kind. Each handler checks the
+invariants its record must keep (numbered as in the log-format reference,
+and every `Problem` carries that number) and files the record into the
+open step. Any state a correct writer cannot produce is a `Problem`;
+`classify` raises `CorruptLogError` listing all of them. The run loop feeds
+the records it writes into the same walker, so what a run does and what a
+later reader judges can never drift apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._errors import CorruptLogError, Problem
+from ._ids import result_id as derive_result_id
+from ._recovery import (
+    DEFAULT_MAX_ATTEMPTS,
+    Execution,
+    Recovery,
+    State,
+    Status,
+    StepView,
+    max_attempts_of,
+    max_steps_of,
+)
 from ._records import (
     Intent,
     ModelCallResult,
@@ -27,34 +45,48 @@ from ._records import (
     paused_gc,
 )
 
-State = Literal["done", "unknown", "superseded", "resolved"]
-Status = Literal["finished", "needs_operator", "resumable"]
+
+# The four-state assignment, refined for display. An intent exists for every
+# execution the walker knows (no intent, no result = not started, which has
+# no record; no intent but a result = impossible, refused by rule 4).
+#   (has a result, has a resolution, is the latest attempt) -> state
+STATE_TABLE: dict[tuple[bool, bool, bool], State] = {
+    (True, False, True): "done",
+    (True, False, False): "done",  # a completed earlier attempt cannot exist (rule 9)
+    (True, True, True): "resolved",  # resolved executed: the operator's observation completed it
+    (True, True, False): "resolved",  # (cannot exist: nothing follows a completed attempt)
+    (False, True, True): "resolved",  # an operator said what happened
+    (False, True, False): "resolved",  # resolved not_executed, then run again
+    (False, False, True): "unknown",  # intent durable, outcome never recorded
+    (False, False, False): "superseded",  # unknown, and a later attempt replaced it
+}
+
+_VERSION = re.compile(r"[0-9]+\.[0-9]+")
 
 
-@dataclass(frozen=True, slots=True)
-class Execution:
-    """One model call or action attempt, as the log tells it.
+class _Exec:
+    """An execution while the walk is under way (mutable; frozen into `Execution`)."""
 
-    Attributes:
-        result_id: the id its result is (or would be) stored under.
-        kind: `"model_call"` or `"action"`.
-        step, attempt: where it belongs (both from 1).
-        state: `done`, `unknown`, `superseded` or `resolved`.
-        intent: the intent record.
-        result: the `ModelCallResult` or `StepCompleted` naming it, if any.
-        resolution: the operator's `Resolution`, if any.
-        index: position of the intent in the log (0-based).
-    """
+    __slots__ = ("intent", "index", "result", "resolution")
 
-    result_id: str
-    kind: str
-    step: int
-    attempt: int
-    state: State
-    intent: Intent
-    result: ModelCallResult | StepCompleted | None
-    resolution: Resolution | None
-    index: int
+    def __init__(self, intent: Intent, index: int) -> None:
+        self.intent = intent
+        self.index = index
+        self.result: ModelCallResult | StepCompleted | None = None
+        self.resolution: Resolution | None = None
+
+    # The planner reads these on walker state and on `Execution` alike.
+    @property
+    def result_id(self) -> str:
+        return self.intent.result_id
+
+    @property
+    def step(self) -> int:
+        return self.intent.step
+
+    @property
+    def attempt(self) -> int:
+        return self.intent.attempt
 
     @property
     def tool(self) -> str | None:
@@ -74,113 +106,355 @@ class Execution:
 
     @property
     def error(self) -> str | None:
-        """Why a model call attempt failed (None if it did not, or is not a model call)."""
         return self.result.error if isinstance(self.result, ModelCallResult) else None
 
 
-@dataclass(frozen=True, slots=True)
-class StepView:
-    """What the log says about one step.
+class _Step:
+    __slots__ = ("step", "model_calls", "actions", "output", "completed")
 
-    `output` is the successful model call result (None until the model
-    answered); `completed` the step's `StepCompleted` record.
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.model_calls: list[_Exec] = []
+        self.actions: list[_Exec] = []
+        self.output: ModelCallResult | None = None
+        self.completed: StepCompleted | None = None
+
+
+def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
+    out = output.output if output is not None else None
+    return out.get("tool_call") if out else None
+
+
+class Walker:
+    """Reads a run's records one at a time and keeps what they mean.
+
+    `feed` never raises on a bad record: it files a `Problem` (with the
+    number of the rule broken) and skips the record, so a reader can list
+    every problem of a log. The run loop feeds the records it writes and
+    plans from the same state (`polyloop._plan.plan` accepts a walker).
     """
 
-    step: int
-    model_calls: tuple[Execution, ...]
-    actions: tuple[Execution, ...]
-    output: ModelCallResult | None
-    completed: StepCompleted | None
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id
+        self.started: RunStarted | None = None
+        self.finished: RunFinished | None = None
+        self.steps: list[_Step] = []
+        self.completed_steps = 0
+        self.problems: list[Problem] = []
+        self.max_steps: int | None = None
+        self.max_attempts = DEFAULT_MAX_ATTEMPTS
+        self._by_id: dict[str, _Exec] = {}
+        self._keys: set[tuple[int, str, int]] = set()
+        self._last: _Exec | None = None  # the latest intent: results may only name it
+        self._order: list[_Exec] = []
+        self._resolutions: list[Resolution] = []
+        self._count = 0
+        self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
+            RunStarted: self._run_started,
+            Intent: self._intent,
+            ModelCallResult: self._model_call_result,
+            StepCompleted: self._step_completed,
+            RunFinished: self._run_finished,
+            Resolution: self._resolution,
+        }
 
+    # -- feeding ------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class Recovery:
-    """The verdict on a log that a correct writer could have produced.
+    def feed(self, record: Record) -> bool:
+        """Take the next record; return False (and file a `Problem`) if it is refused."""
+        index = self._count
+        self._count += 1
+        if index == 0:
+            bad = self._first(record)
+        elif self.started is None:
+            return False  # nothing can be judged without a valid first record
+        elif self.finished is not None:
+            bad = (2, f"{record.TAG} after run_finished")
+        else:
+            bad = self._handlers[type(record)](record, index)
+        if bad is None:
+            return True
+        self.problems.append(Problem(bad[1], index=index, rule=bad[0]))
+        return False
 
-    Attributes:
-        run_id: the run.
-        started: its `run_started` record.
-        finished: its `run_finished` record, or None.
-        executions: every execution in log order.
-        steps: one `StepView` per step that has any record, in order.
-        status: `finished`, `needs_operator` or `resumable`.
-        blocking: the unknown, unresolved `never` actions an operator must settle.
-        resolutions: every `resolution` record in log order.
-    """
-
-    run_id: str
-    started: RunStarted
-    finished: RunFinished | None
-    executions: tuple[Execution, ...]
-    steps: tuple[StepView, ...]
-    status: Status
-    blocking: tuple[Execution, ...]
-    resolutions: tuple[Resolution, ...] = ()
+    def feed_all(self, records: Sequence[Record]) -> Walker:
+        with paused_gc():
+            feed = self.feed
+            for record in records:
+                feed(record)
+        if not records:
+            self.problems.append(Problem("the log has no records", rule=1))
+        return self
 
     @property
-    def completed_steps(self) -> int:
-        return sum(1 for s in self.steps if s.completed is not None)
+    def open_step(self) -> _Step | None:
+        """The step after the last completed one, if it has any record."""
+        steps = self.steps
+        return steps[-1] if steps and steps[-1].completed is None else None
 
-    def execution(self, result_id: str) -> Execution | None:
-        for e in self.executions:
-            if e.result_id == result_id:
-                return e
+    # -- one handler per record kind ------------------------------------------------
+
+    def _first(self, rec: Record) -> tuple[int, str] | None:
+        if not isinstance(rec, RunStarted):
+            return 1, f"the first record is {rec.TAG}, not run_started"
+        if self.run_id is not None and rec.run_id != self.run_id:
+            bad: tuple[int, str] | None = (1, f"run_started names run {rec.run_id!r}, not {self.run_id!r}")
+        else:
+            bad = _check_config(rec)
+        self.started = rec
+        self.max_steps = max_steps_of(rec)
+        self.max_attempts = max_attempts_of(rec)
+        return bad
+
+    def _run_started(self, rec: RunStarted, index: int) -> tuple[int, str]:
+        return 1, "a second run_started"
+
+    def _intent(self, rec: Intent, index: int) -> tuple[int, str] | None:
+        rid = rec.result_id
+        if rid in self._by_id:
+            return 3, f"result id {rid} is used by a second intent"
+        key = (rec.step, rec.kind, rec.attempt)
+        if key in self._keys:
+            return 5, (f"two intents for step {rec.step} {rec.kind} attempt {rec.attempt}: "
+                       "two writers interleaved")
+        if rid != derive_result_id(rec.kind, rec.step, rec.attempt):
+            return 13, (
+                f"result id {rid!r} is not the one a writer derives for {rec.kind} step "
+                f"{rec.step} attempt {rec.attempt} ({derive_result_id(rec.kind, rec.step, rec.attempt)})"
+            )
+        open_step = self.completed_steps + 1
+        if rec.step != open_step:
+            return 6, f"intent for step {rec.step} while step {open_step} is open"
+        if self.steps and _is_final(self.steps[-1]):
+            return 14, f"intent for step {rec.step} after step {rec.step - 1} gave the final answer"
+        if self.max_steps is not None and rec.step > self.max_steps:
+            return 14, f"intent for step {rec.step} beyond the step budget of {self.max_steps}"
+        if len(self.steps) < rec.step:
+            self.steps.append(_Step(rec.step))
+        st = self.steps[rec.step - 1]
+        bad = self._model_intent(rec, st) if rec.kind == "model_call" else self._action_intent(rec, st)
+        if bad is not None:
+            return bad
+        x = _Exec(rec, index)
+        self._by_id[rid] = x
+        self._keys.add(key)
+        (st.model_calls if rec.kind == "model_call" else st.actions).append(x)
+        self._order.append(x)
+        self._last = x
         return None
 
-    @property
-    def max_steps(self) -> int | None:
-        value = self.started.config.get("max_steps")
-        return value if isinstance(value, int) else None
+    def _attempt(self, rec: Intent, attempts: list[_Exec]) -> tuple[int, str] | None:
+        if rec.attempt != len(attempts) + 1:
+            return 6, (f"{rec.kind} attempt {rec.attempt} of step {rec.step} follows "
+                       f"{len(attempts)} earlier attempts")
+        return None
 
-    def next_action(self) -> str:
-        """One sentence: what `resume` would do next."""
-        if self.finished is not None:
-            return f"nothing: the run finished ({self.finished.reason})"
-        if self.blocking:
-            e = self.blocking[0]
-            return (
-                f"stop: the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown and "
-                f"the tool is `never` replay; settle it with `polyloop mark-resolved "
-                f"{self.run_id} {e.result_id} --executed` or `--not-executed`"
+    def _model_intent(self, rec: Intent, st: _Step) -> tuple[int, str] | None:
+        bad = self._attempt(rec, st.model_calls)
+        if bad is not None:
+            return bad
+        if st.output is not None:
+            return 7, f"a second model call for step {rec.step} after one returned"
+        return None
+
+    def _action_intent(self, rec: Intent, st: _Step) -> tuple[int, str] | None:
+        bad = self._attempt(rec, st.actions)
+        if bad is not None:
+            return bad
+        if st.output is None:
+            return 8, f"action intent of step {rec.step} before its model call returned"
+        call = _tool_call(st.output)
+        if call is None or call["name"] != rec.tool or call["args"] != rec.args:
+            return 8, f"action {rec.tool} of step {rec.step} is not the tool call the model returned"
+        if st.actions:
+            prev = st.actions[-1]
+            if prev.result is not None:
+                return 9, f"action of step {rec.step} attempted again after it completed"
+            res = prev.resolution
+            if res is not None and res.outcome == "executed":
+                return 9, f"action of step {rec.step} attempted again after an operator said it executed"
+            if res is None and prev.intent.replay != "safe":
+                return 9, (f"`never` action {prev.result_id} was attempted again without a "
+                           "not_executed resolution")
+        return None
+
+    def _result_target(self, rid: str, what: str) -> tuple[_Exec | None, tuple[int, str] | None]:
+        x = self._by_id.get(rid)
+        if x is None:
+            return None, (4, f"{what} names {rid}, which has no earlier intent")
+        if x.result is not None:
+            return None, (3, f"a second result for {rid}")
+        if x is not self._last:
+            return None, (5, f"{what} for {rid} after later intents: two writers interleaved")
+        return x, None
+
+    def _model_call_result(self, rec: ModelCallResult, index: int) -> tuple[int, str] | None:
+        x = self._by_id.get(rec.result_id)
+        if x is None:
+            return 4, f"model_call_result {rec.result_id} has no earlier intent"
+        if x.intent.kind != "model_call":
+            return 4, f"model_call_result names {rec.result_id}, an action"
+        x, bad = self._result_target(rec.result_id, "model_call_result")
+        if bad is not None:
+            return bad
+        assert x is not None
+        x.result = rec
+        if rec.output is not None:
+            self.steps[x.intent.step - 1].output = rec
+        return None
+
+    def _step_completed(self, rec: StepCompleted, index: int) -> tuple[int, str] | None:
+        open_step = self.completed_steps + 1
+        if rec.step != open_step or len(self.steps) < rec.step:
+            return 10, f"step_completed for step {rec.step} while step {open_step} is open"
+        st = self.steps[rec.step - 1]
+        if st.output is None:
+            return 10, f"step {rec.step} completed before its model call returned"
+        if rec.result_id is None:
+            if st.actions:
+                return 10, f"step {rec.step} ran an action but its step_completed names none"
+        else:
+            x = self._by_id.get(rec.result_id)
+            if x is None:
+                return 4, f"step_completed names {rec.result_id}, which has no earlier intent"
+            if x.intent.kind != "action" or x.intent.step != rec.step:
+                return 4, f"step_completed names {rec.result_id}, not an action of step {rec.step}"
+            x, bad = self._result_target(rec.result_id, "step_completed")
+            if bad is not None:
+                return bad
+            assert x is not None
+            if x.resolution is not None and x.resolution.outcome == "not_executed":
+                return 10, f"result for {rec.result_id} after an operator said it did not execute"
+            x.result = rec
+        st.completed = rec
+        self.completed_steps += 1
+        return None
+
+    def _resolution(self, rec: Resolution, index: int) -> tuple[int, str] | None:
+        x = self._by_id.get(rec.result_id)
+        if x is None:
+            return 11, f"resolution names {rec.result_id}, which has no intent"
+        if x.intent.kind != "action":
+            return 11, f"resolution names {rec.result_id}, a model call"
+        if x.result is not None:
+            return 11, f"resolution of {rec.result_id}, which already has a result"
+        if x.resolution is not None:
+            return 11, f"a second resolution of {rec.result_id}"
+        if self.steps[x.intent.step - 1].actions[-1] is not x:
+            return 11, f"resolution of {rec.result_id}, which a later attempt superseded"
+        x.resolution = rec
+        self._resolutions.append(rec)
+        return None
+
+    def _run_finished(self, rec: RunFinished, index: int) -> tuple[int, str] | None:
+        done = self.completed_steps
+        self.finished = rec  # even when refused: nothing may follow it
+        if rec.steps != done:
+            return 12, f"run_finished counts {rec.steps} steps, the log completes {done}"
+        open_step = self.open_step
+        if open_step is not None and rec.reason != "error":
+            return 12, f"run_finished ({rec.reason}) while step {open_step.step} is open"
+        if rec.reason == "final_answer":
+            if not (done and _is_final(self.steps[done - 1])):
+                return 12, "run_finished says final_answer, but the last step was no final answer"
+        elif rec.reason == "max_steps":
+            if self.max_steps is not None and done != self.max_steps:
+                return 12, f"run_finished says max_steps after {done} steps, but the budget is {self.max_steps}"
+        elif open_step is None or open_step.output is not None or not open_step.model_calls:
+            return 12, "run_finished says error, but no step ran out of model call attempts"
+        return None
+
+    # -- the verdict ------------------------------------------------------------------
+
+    def recovery(self) -> Recovery | None:
+        """The verdict so far (None without a valid `run_started`)."""
+        if self.started is None or (self.problems and self.problems[0].index == 0):
+            return None
+        frozen: dict[int, Execution] = {}
+        for x in self._order:
+            st = self.steps[x.intent.step - 1]
+            latest = (st.model_calls if x.intent.kind == "model_call" else st.actions)[-1] is x
+            state = STATE_TABLE[(x.result is not None, x.resolution is not None, latest)]
+            frozen[id(x)] = Execution(
+                result_id=x.intent.result_id,
+                kind=x.intent.kind,
+                step=x.intent.step,
+                attempt=x.intent.attempt,
+                state=state,
+                intent=x.intent,
+                result=x.result,
+                resolution=x.resolution,
+                index=x.index,
             )
-        step = self.completed_steps + 1
-        view = self.steps[step - 1] if len(self.steps) >= step else None
-        if view is None:
-            # No view for the open step: every step with records is completed.
-            if self.steps and _is_final(self.steps[-1]):
-                return f"record the end of the run: step {step - 1} gave the final answer"
-            if self.max_steps is not None and step > self.max_steps:
-                return f"finish the run: the step budget of {self.max_steps} is spent"
-            return f"start step {step} with a model call"
-        if view.output is None:
-            last = view.model_calls[-1]
-            again = "retry the failed" if last.error else "re-issue the unanswered"
-            return f"{again} model call of step {step} as attempt {last.attempt + 1}"
-        call = view.output.output.get("tool_call") if view.output.output else None
-        if call is None:
-            return f"record the final answer of step {step} and finish"
-        if not view.actions:
-            return f"run {call['name']} (step {step})"
-        last = view.actions[-1]
-        if last.resolution is not None and last.resolution.outcome == "executed":
-            return f"reuse the operator's observation for {last.tool} (step {step}) and continue"
-        if last.resolution is not None:
-            return f"run {last.tool} again (step {step}, attempt {last.attempt + 1})"
-        return f"replay the safe action {last.tool} (step {step}) as attempt {last.attempt + 1}"
+        views = tuple(
+            StepView(
+                step=s.step,
+                model_calls=tuple([frozen[id(x)] for x in s.model_calls]),
+                actions=tuple([frozen[id(x)] for x in s.actions]),
+                output=s.output,
+                completed=s.completed,
+            )
+            for s in self.steps
+        )
+        blocking = tuple(frozen[id(x)] for x in self.blocking())
+        if self.finished is not None:
+            status: Status = "finished"
+        elif blocking:
+            status = "needs_operator"
+        else:
+            status = "resumable"
+        return Recovery(
+            run_id=self.started.run_id,
+            started=self.started,
+            finished=self.finished,
+            executions=tuple(frozen[id(x)] for x in self._order),
+            steps=views,
+            status=status,
+            blocking=blocking,
+            resolutions=tuple(self._resolutions),
+        )
+
+    def blocking(self) -> list[_Exec]:
+        """Unknown, unresolved `never` actions: only the open step's latest can be one."""
+        st = self.open_step
+        if st is None or not st.actions or self.finished is not None:
+            return []
+        last = st.actions[-1]
+        if last.result is None and last.resolution is None and last.intent.replay != "safe":
+            return [last]
+        return []
 
 
-def _is_final(view: StepView) -> bool:
-    out = view.output.output if view.output is not None else None
-    return view.completed is not None and not view.actions and out is not None and out.get("tool_call") is None
+def _is_final(st: _Step) -> bool:
+    return st.completed is not None and not st.actions and st.output is not None and _tool_call(st.output) is None
 
 
-@dataclass(slots=True)
-class _Step:
-    step: int
-    model_calls: list[int] = field(default_factory=list)
-    actions: list[int] = field(default_factory=list)
-    output: ModelCallResult | None = None
-    completed: StepCompleted | None = None
+def _check_config(rec: RunStarted) -> tuple[int, str] | None:
+    if not _VERSION.fullmatch(rec.schema_version):
+        return 14, f"schema_version {rec.schema_version!r} is not MAJOR.MINOR"
+    config = rec.config
+    for name in ("max_steps", "max_attempts"):
+        value = config.get(name)
+        if name in config and value is not None and (type(value) is not int or value < 1):
+            return 14, f"config.{name} is {value!r}, not a positive integer"
+    system = config.get("system")
+    if system is not None and not isinstance(system, str):
+        return 14, "config.system is not a string"
+    tools = config.get("tools")
+    if tools is not None and not (
+        isinstance(tools, list)
+        and all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and t.get("replay") in ("safe", "never")
+            for t in tools
+        )
+    ):
+        return 14, "config.tools is not a list of {name, replay} with replay safe or never"
+    return None
+
+
+def walk(records: Sequence[Record], *, run_id: str | None = None) -> Walker:
+    """Feed every record to a new `Walker` (the problems are on it, not raised)."""
+    return Walker(run_id).feed_all(records)
 
 
 def classify(records: Sequence[Record], *, run_id: str | None = None) -> Recovery:
@@ -195,11 +469,11 @@ def classify(records: Sequence[Record], *, run_id: str | None = None) -> Recover
         what resume would do next.
 
     Raises:
-        CorruptLogError: the log violates an invariant of SPEC §5.
+        CorruptLogError: the log breaks an invariant of docs/reference/log-format.md.
     """
     recovery, problems = check(records, run_id=run_id)
     if problems or recovery is None:
-        raise CorruptLogError(run_id, problems or [Problem("the log is empty")])
+        raise CorruptLogError(run_id, problems or [Problem("the log is empty", rule=1)])
     return recovery
 
 
@@ -212,236 +486,6 @@ def check(
     problems are returned, the `Recovery` describes the log only as far as
     it could be followed and must not be acted on.
     """
+    walker = walk(records, run_id=run_id)
     with paused_gc():
-        return _check(records, run_id=run_id)
-
-
-def _check(
-    records: Sequence[Record], *, run_id: str | None = None
-) -> tuple[Recovery | None, list[Problem]]:
-    problems: list[Problem] = []
-
-    def bad(index: int, message: str) -> None:
-        problems.append(Problem(message, index=index))
-
-    if not records:
-        return None, [Problem("the log has no records")]
-    first = records[0]
-    if not isinstance(first, RunStarted):
-        return None, [Problem(f"the first record is {first.TAG}, not run_started", index=0)]
-    if run_id is not None and first.run_id != run_id:
-        bad(0, f"run_started names run {first.run_id!r}, not {run_id!r}")
-
-    intents: list[Intent] = []
-    intent_at: list[int] = []  # position in records, parallel to intents
-    by_id: dict[str, int] = {}  # result id -> index into intents
-    by_key: set[tuple[int, str, int]] = set()
-    results: dict[int, ModelCallResult | StepCompleted] = {}
-    resolutions: dict[int, Resolution] = {}
-    all_resolutions: list[Resolution] = []
-    steps: list[_Step] = []
-    finished: RunFinished | None = None
-    completed = 0
-
-    for i in range(1, len(records)):
-        rec = records[i]
-        if finished is not None:
-            bad(i, f"{rec.TAG} after run_finished")
-            continue
-        open_step = completed + 1
-        if isinstance(rec, Intent):
-            rid = rec.result_id
-            if rid in by_id:
-                bad(i, f"result id {rid} is used by a second intent")
-                continue
-            key = (rec.step, rec.kind, rec.attempt)
-            if key in by_key:
-                bad(i, f"two intents for step {rec.step} {rec.kind} attempt {rec.attempt}: "
-                       "two writers interleaved")
-                continue
-            if rec.step != open_step:
-                bad(i, f"intent for step {rec.step} while step {open_step} is open")
-                continue
-            if len(steps) < rec.step:
-                steps.append(_Step(rec.step))
-            st = steps[rec.step - 1]
-            attempts = st.model_calls if rec.kind == "model_call" else st.actions
-            if rec.attempt != len(attempts) + 1:
-                bad(i, f"{rec.kind} attempt {rec.attempt} of step {rec.step} follows "
-                       f"{len(attempts)} earlier attempts")
-                continue
-            prev = attempts[-1] if attempts else None
-            if rec.kind == "model_call":
-                if st.output is not None:
-                    bad(i, f"a second model call for step {rec.step} after one returned")
-                    continue
-            else:
-                call = st.output.output.get("tool_call") if st.output and st.output.output else None
-                if st.output is None:
-                    bad(i, f"action intent of step {rec.step} before its model call returned")
-                    continue
-                if call is None or call["name"] != rec.tool or call["args"] != rec.args:
-                    bad(i, f"action {rec.tool} of step {rec.step} is not the tool call "
-                           "the model returned")
-                    continue
-                if prev is not None:
-                    p = intents[prev]
-                    if prev in results:
-                        bad(i, f"action of step {rec.step} attempted again after it completed")
-                        continue
-                    res = resolutions.get(prev)
-                    if res is not None and res.outcome == "executed":
-                        bad(i, f"action of step {rec.step} attempted again after an operator "
-                               "said it executed")
-                        continue
-                    if res is None and p.replay != "safe":
-                        bad(i, f"`never` action {p.result_id} was attempted again without a "
-                               "not_executed resolution")
-                        continue
-            by_id[rid] = len(intents)
-            by_key.add(key)
-            attempts.append(len(intents))
-            intents.append(rec)
-            intent_at.append(i)
-        elif isinstance(rec, ModelCallResult):
-            n = by_id.get(rec.result_id)
-            if n is None:
-                bad(i, f"model_call_result {rec.result_id} has no earlier intent")
-                continue
-            if intents[n].kind != "model_call":
-                bad(i, f"model_call_result names {rec.result_id}, an action")
-                continue
-            if n in results:
-                bad(i, f"a second result for {rec.result_id}")
-                continue
-            if n != len(intents) - 1:
-                bad(i, f"model_call_result for {rec.result_id} after later intents: "
-                       "two writers interleaved")
-                continue
-            results[n] = rec
-            if rec.output is not None:
-                steps[intents[n].step - 1].output = rec
-        elif isinstance(rec, StepCompleted):
-            if rec.step != open_step or len(steps) < rec.step:
-                bad(i, f"step_completed for step {rec.step} while step {open_step} is open")
-                continue
-            st = steps[rec.step - 1]
-            if st.output is None:
-                bad(i, f"step {rec.step} completed before its model call returned")
-                continue
-            if rec.result_id is None:
-                if st.actions:
-                    bad(i, f"step {rec.step} ran an action but its step_completed names none")
-                    continue
-            else:
-                n = by_id.get(rec.result_id)
-                if n is None:
-                    bad(i, f"step_completed names {rec.result_id}, which has no earlier intent")
-                    continue
-                it = intents[n]
-                if it.kind != "action" or it.step != rec.step:
-                    bad(i, f"step_completed names {rec.result_id}, not an action of step {rec.step}")
-                    continue
-                if n in results:
-                    bad(i, f"a second result for {rec.result_id}")
-                    continue
-                if n != len(intents) - 1:
-                    bad(i, f"step_completed for {rec.result_id} after later intents: "
-                           "two writers interleaved")
-                    continue
-                res = resolutions.get(n)
-                if res is not None and res.outcome == "not_executed":
-                    bad(i, f"result for {rec.result_id} after an operator said it did not execute")
-                    continue
-                results[n] = rec
-            st.completed = rec
-            completed += 1
-        elif isinstance(rec, Resolution):
-            n = by_id.get(rec.result_id)
-            if n is None:
-                bad(i, f"resolution names {rec.result_id}, which has no intent")
-                continue
-            it = intents[n]
-            if it.kind != "action":
-                bad(i, f"resolution names {rec.result_id}, a model call")
-                continue
-            if n in results:
-                bad(i, f"resolution of {rec.result_id}, which already has a result")
-                continue
-            if n in resolutions:
-                bad(i, f"a second resolution of {rec.result_id}")
-                continue
-            if steps[it.step - 1].actions[-1] != n:
-                bad(i, f"resolution of {rec.result_id}, which a later attempt superseded")
-                continue
-            resolutions[n] = rec
-            all_resolutions.append(rec)
-        elif isinstance(rec, RunFinished):
-            if rec.steps != completed:
-                bad(i, f"run_finished counts {rec.steps} steps, the log completes {completed}")
-            if len(steps) > completed and rec.reason != "error":
-                bad(i, f"run_finished ({rec.reason}) while step {open_step} is open")
-            if rec.reason == "final_answer":
-                last = steps[completed - 1] if completed else None
-                out = last.output.output if last and last.output else None
-                if out is None or out.get("tool_call") is not None or last.actions:
-                    bad(i, "run_finished says final_answer, but the last step was no final answer")
-            finished = rec
-        else:  # RunStarted
-            bad(i, "a second run_started")
-
-    executions = []
-    for n, it in enumerate(intents):
-        st = steps[it.step - 1]
-        attempts = st.model_calls if it.kind == "model_call" else st.actions
-        if n in resolutions:
-            state: State = "resolved"
-        elif n in results:
-            state = "done"
-        elif attempts[-1] != n:
-            state = "superseded"
-        else:
-            state = "unknown"
-        executions.append(
-            Execution(
-                result_id=it.result_id,
-                kind=it.kind,
-                step=it.step,
-                attempt=it.attempt,
-                state=state,
-                intent=it,
-                result=results.get(n),
-                resolution=resolutions.get(n),
-                index=intent_at[n],
-            )
-        )
-    blocking = tuple(
-        e for e in executions if e.state == "unknown" and e.kind == "action" and e.replay != "safe"
-    )
-    views = tuple(
-        StepView(
-            step=s.step,
-            model_calls=tuple([executions[n] for n in s.model_calls]),
-            actions=tuple([executions[n] for n in s.actions]),
-            output=s.output,
-            completed=s.completed,
-        )
-        for s in steps
-    )
-    if finished is not None:
-        status: Status = "finished"
-    elif blocking:
-        status = "needs_operator"
-    else:
-        status = "resumable"
-    recovery = Recovery(
-        run_id=first.run_id,
-        started=first,
-        finished=finished,
-        executions=tuple(executions),
-        steps=views,
-        status=status,
-        blocking=blocking,
-        resolutions=tuple(all_resolutions),
-    )
-    return recovery, problems
+        return walker.recovery(), walker.problems

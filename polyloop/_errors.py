@@ -2,13 +2,15 @@
 
     PolyLoopError
     ├── InvalidRunIdError      the run id is not a safe file name
+    ├── InvalidInputError      an argument a run would record cannot be recorded (before any write)
+    ├── RecordError            a JSON object that is not a valid record of a known kind
     ├── RunNotFoundError       no log exists for the run id
     ├── RunExistsError         a log already exists where a new run was asked for
     ├── RunActiveError         another live process holds the run
     ├── RunMismatchError       resume was asked with other inputs (goal, budget, tools) than recorded
     ├── TargetError            an agent target could not be imported
     ├── CorruptLogError        the log cannot come from a correct writer
-    │   └── SchemaVersionError the log was written by an unknown major format
+    │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
     ├── ResolutionError        mark-resolved named something that is not an open unknown
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
@@ -22,6 +24,7 @@ Tool failures are not errors: they become observations the model sees.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,18 +38,39 @@ class PolyLoopError(Exception):
 
 
 class InvalidRunIdError(PolyLoopError, ValueError):
-    """The run id is not a safe file name (`[A-Za-z0-9._-]+`, no leading dot).
+    """The run id is not a safe file name (`[A-Za-z0-9._-]+`, no leading dot or dash).
 
     Unsafe ids are rejected, never escaped or hashed, so `../x` can never
-    address a file outside the run directory.
+    address a file outside the run directory. A leading `-` is refused too:
+    every command printed for such a run would read as an option.
     """
 
     def __init__(self, run_id: object) -> None:
         self.run_id = run_id
         super().__init__(
             f"invalid run id {run_id!r}: use letters, digits, '.', '_' and '-' "
-            "only, not starting with '.'"
+            "only, not starting with '.' or '-'"
         )
+
+
+class InvalidInputError(PolyLoopError, ValueError):
+    """A value a run would record is unusable; refused before anything is written.
+
+    Differs from `RecordError` (a record read back from a log is invalid):
+    this is caught on the way in, so no log, lock or temporary file exists
+    afterwards. Example: a step budget beyond what the log format can hold.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+class RecordError(PolyLoopError, ValueError):
+    """A JSON object that is not a valid record of a known kind.
+
+    Raised by `decode_record`; a store that meets one in a log reports the
+    log as corrupt (`CorruptLogError`).
+    """
 
 
 class RunNotFoundError(PolyLoopError, LookupError):
@@ -120,12 +144,15 @@ class Problem:
 
     `index` is the 0-based position of the offending record in the log (or
     None when the problem is about the log as a whole); `line` is its 1-based
-    line number in the file when the store knows it.
+    line number in the file when the store knows it; `rule` is the number of
+    the invariant it breaks in docs/reference/log-format.md (None for a line
+    that is not a record at all).
     """
 
     message: str
     index: int | None = None
     line: int | None = None
+    rule: int | None = None
 
     def __str__(self) -> str:
         if self.line is not None:
@@ -155,10 +182,12 @@ class CorruptLogError(PolyLoopError):
         )
 
 
-class SchemaVersionError(CorruptLogError):
+class SchemaVersionError(CorruptLogError, RecordError):
     """The log was written with a schema major version this reader does not know.
 
     Differs from plain corruption: the log may be fine for a newer PolyLoop.
+    The one error for it, whichever store or reader meets it (`decode_record`
+    raises it too, with `run_id` None).
     """
 
     def __init__(self, run_id: str | None, version: object) -> None:
@@ -186,11 +215,11 @@ class NeedsOperatorError(PolyLoopError):
             f"{e.tool}({_short_args(e.args)}) result id {e.result_id}" for e in self.executions
         ]
         ids = self.executions[0].result_id if self.executions else "RESULT_ID"
+        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(ids)}"
         super().__init__(
             f"run {run_id!r} needs an operator: unknown outcome of "
             + "; ".join(parts)
-            + f"; settle it with `polyloop mark-resolved {run_id} {ids} --executed` "
-            "or `--not-executed`, then resume"
+            + f"; settle it with `{settle} --executed` or `--not-executed`, then resume"
         )
 
 

@@ -18,14 +18,15 @@ MAX_RUN_ID_LENGTH = 200
 def check_run_id(run_id: object) -> str:
     """Return `run_id` if it is a safe file name, else raise `InvalidRunIdError`.
 
-    Safe means `[A-Za-z0-9._-]+`, ASCII only, not starting with a dot and at
-    most 200 characters. Unsafe ids are rejected, never escaped or hashed.
+    Safe means `[A-Za-z0-9._-]+`, ASCII only, not starting with a dot (a
+    hidden file) or a dash (every command printed for it would read as an
+    option) and at most 200 characters. Unsafe ids are rejected, never escaped or hashed.
     """
     if (
         not isinstance(run_id, str)
         or not run_id
         or len(run_id) > MAX_RUN_ID_LENGTH
-        or run_id.startswith(".")
+        or run_id.startswith((".", "-"))
         or not _SAFE_RUN_ID.fullmatch(run_id)
     ):
         raise InvalidRunIdError(run_id)

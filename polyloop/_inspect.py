@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._classify import Execution, Recovery, check, classify
+from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
-from ._records import Record, Resolution
-from ._store import Store
+from ._ids import check_run_id
+from ._loop import held, verdict, walk_off_loop
+from ._plan import CallModel, Finished, NeedsOperator, Next, describe, plan
+from ._records import Record, Resolution, representable
+from ._store import HoldingStore, ParsingStore, Store
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
 
@@ -42,6 +46,40 @@ class RunReport:
     holder: str | None = None
     torn_line: int | None = None
 
+    @property
+    def waiting(self) -> list[dict[str, Any]]:
+        """What a person must settle before the run can go on (empty when nothing waits).
+
+        Each entry is `{"id", "kind", "tool", "args", "reason"}`; `id` is what
+        the settling command takes (`polyloop mark-resolved RUN ID ...` for
+        kind `unknown`). A run held by a live process waits for nobody yet.
+        """
+        rec = self.recovery
+        if rec is None or rec.finished is not None:
+            return []
+        return [
+            {
+                "id": e.result_id,
+                "kind": "unknown",
+                "tool": e.tool,
+                "args": e.args,
+                "reason": (
+                    f"the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown: the process "
+                    "stopped after its intent and before its result, and the tool is `never` replay"
+                ),
+            }
+            for e in rec.blocking
+        ]
+
+    def __repr__(self) -> str:
+        # Short on purpose, like Recovery's: the records of a long run are many.
+        return f"RunReport(run_id={self.run_id!r}, status={self.status!r}, records={len(self.records)})"
+
+    @property
+    def tokens(self) -> dict[str, int] | None:
+        """Tokens spent by every model call, and re-spent by repeated attempts (None if corrupt)."""
+        return token_totals(self.recovery) if self.recovery is not None else None
+
     def to_json(self) -> dict[str, Any]:
         """The `inspect --json` document."""
         rec = self.recovery
@@ -53,6 +91,7 @@ class RunReport:
             "problems": [str(p) for p in self.problems],
             "holder": self.holder,
             "torn_tail_line": self.torn_line,
+            "waiting": self.waiting,
         }
         if rec is None:
             doc.update(goal=None, target=None, steps=0, executions=[], resolutions=[], tokens=None)
@@ -126,6 +165,8 @@ def token_totals(rec: Recovery) -> dict[str, int]:
 async def inspect_run(store: Store, run_id: str) -> RunReport:
     """Read and judge a run's log without changing anything.
 
+    The log is read once and classified off the event loop when it is long.
+
     Returns:
         A `RunReport`; a corrupt log is reported (status `corrupt`), not raised.
 
@@ -134,30 +175,30 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         RunNotFoundError: the run id has no log.
         StoreError: the log cannot be read.
     """
-    holder_of = getattr(store, "holder", None)
-    holder = holder_of(run_id) if callable(holder_of) else None
+    check_run_id(run_id)
+    holder = store.holder(run_id) if isinstance(store, HoldingStore) else None
     torn_line = None
-    read_parsed = getattr(store, "read_parsed", None)
-    if callable(read_parsed):
-        parsed = await read_parsed(run_id)
+    if isinstance(store, ParsingStore):
+        parsed = await store.read_parsed(run_id)
         records: tuple[Record, ...] = tuple(parsed.records)
         torn_line = parsed.torn_line
-        problems = list(parsed.problems)
-        if not problems:
-            recovery, found = check(records, run_id=run_id)
-            problems = [parsed.locate(p) for p in found]
-        else:
-            recovery = None
+        if parsed.problems:
+            return _corrupt(run_id, records, parsed.problems, holder, torn_line)
+        walker = await walk_off_loop(records, run_id)
+        problems = [parsed.locate(p) for p in walker.problems]
     else:
         try:
             records = tuple(await store.read_log(run_id))
         except CorruptLogError as exc:
             return _corrupt(run_id, (), exc.problems, holder)
-        recovery, problems = check(records, run_id=run_id)
+        walker = await walk_off_loop(records, run_id)
+        problems = list(walker.problems)
+    recovery = None if problems else await _recovery_off_loop(walker)
     if problems or recovery is None:
-        return _corrupt(run_id, records, problems or [Problem("the log has no records")], holder, torn_line)
-    status, reason = _status(recovery, holder)
-    next_action = recovery.next_action()
+        return _corrupt(run_id, records, problems or [Problem("the log has no records", rule=1)], holder, torn_line)
+    nxt = plan(walker)
+    status, reason = _status(recovery, nxt, holder)
+    next_action = describe(nxt, run_id)
     if status == "active":
         next_action = f"nothing while it is active; once it is not: {next_action}"
     return RunReport(
@@ -170,6 +211,12 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         holder=holder,
         torn_line=torn_line,
     )
+
+
+async def _recovery_off_loop(walker: Walker) -> Recovery | None:
+    if len(walker.steps) < 500:
+        return walker.recovery()
+    return await asyncio.to_thread(walker.recovery)
 
 
 def _corrupt(
@@ -193,25 +240,22 @@ def _corrupt(
     )
 
 
-def _status(rec: Recovery, holder: str | None) -> tuple[RunStatus, str]:
-    if rec.finished is not None:
-        reason = rec.finished.reason
-        return "finished", reason
+def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, str]:
+    if isinstance(nxt, Finished):
+        return "finished", nxt.reason
     if holder is not None:
         return "active", f"the run is in progress, held by {holder}"
-    if rec.blocking:
-        e = rec.blocking[0]
+    if isinstance(nxt, NeedsOperator):
+        e = nxt.executions[0]
         return "needs_operator", (
             f"the outcome of {e.tool} ({e.result_id}) is unknown: the process stopped "
             "after its intent and before its result, and the tool is not safe to replay"
         )
-    open_step = rec.steps[rec.completed_steps] if len(rec.steps) > rec.completed_steps else None
-    if open_step is not None and open_step.output is None and open_step.model_calls:
-        failed = open_step.model_calls[-1].error
-        if failed:
-            return "resumable", (
-                f"the model call of step {open_step.step} failed ({failed}); resume tries it again"
-            )
+    if isinstance(nxt, CallModel) and nxt.after_failure:
+        failed = rec.steps[nxt.step - 1].model_calls[-1].error
+        return "resumable", (
+            f"the model call of step {nxt.step} failed ({failed}); resume tries it again"
+        )
     return "resumable", "the run stopped before finishing (crash or interruption)"
 
 
@@ -250,48 +294,36 @@ async def mark_resolved(
     """
     if not executed and observation is not None:
         raise ResolutionError(run_id, result_id, "an observation goes only with --executed")
-    lock = getattr(store, "lock", None)
-    if callable(lock):
-        # Check before taking the lock too: taking it creates a lock file and
-        # seals a torn tail, and a refused request must leave everything as it was.
-        await _open_unknown(store, run_id, result_id)
-        async with lock(run_id):
-            return await _resolve(store, run_id, result_id, executed, observation, reason, by)
-    return await _resolve(store, run_id, result_id, executed, observation, reason, by)
+    check_run_id(run_id)
+    async with held(store, run_id, must_exist=True) as records:
+        assert records is not None
+        walker = verdict(await walk_off_loop(records, run_id), run_id)
+        _check_open_unknown(walker, run_id, result_id)
+        record = Resolution(
+            result_id=result_id,
+            outcome="executed" if executed else "not_executed",
+            observation=representable(observation or "") if executed else None,
+            by=by or _os_user(),
+            reason=reason,
+        )
+        try:
+            await store.write_resolution(run_id, record)
+        except PolyLoopError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"store failed to write the resolution: {exc}", run_id=run_id) from exc
+        walker.feed(record)
+        recovery = walker.recovery()
+        assert recovery is not None
+        return recovery
 
 
-async def _resolve(
-    store: Store,
-    run_id: str,
-    result_id: str,
-    executed: bool,
-    observation: str | None,
-    reason: str | None,
-    by: str | None,
-) -> Recovery:
-    records = await _open_unknown(store, run_id, result_id)
-    record = Resolution(
-        result_id=result_id,
-        outcome="executed" if executed else "not_executed",
-        observation=(observation or "") if executed else None,
-        by=by or _os_user(),
-        reason=reason,
-    )
-    try:
-        await store.write_resolution(run_id, record)
-    except PolyLoopError:
-        raise
-    except Exception as exc:
-        raise StoreError(f"store failed to write the resolution: {exc}", run_id=run_id) from exc
-    return classify([*records, record], run_id=run_id)
-
-
-async def _open_unknown(store: Store, run_id: str, result_id: str) -> list[Record]:
-    """The run's records, if `result_id` is an unknown, unresolved action of it; else raise."""
-    records = list(await store.read_log(run_id))
-    recovery = classify(records, run_id=run_id)
-    if recovery.finished is not None:
+def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
+    """Raise `ResolutionError` unless `result_id` is an unknown, unresolved action of the run."""
+    if walker.finished is not None:
         raise ResolutionError(run_id, result_id, "the run has finished")
+    recovery = walker.recovery()
+    assert recovery is not None
     e = recovery.execution(result_id)
     if e is None:
         ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
@@ -302,7 +334,6 @@ async def _open_unknown(store: Store, run_id: str, result_id: str) -> list[Recor
         )
     if e.state != "unknown":
         raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown")
-    return records
 
 
 def _os_user() -> str:

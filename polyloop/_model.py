@@ -16,8 +16,25 @@ Message = dict[str, Any]
 * `{"role": "system", "content": str}`
 * `{"role": "user", "content": str}` (the goal)
 * `{"role": "assistant", "content": str | None, "tool_call": {"id", "name", "args"} | None}`
-* `{"role": "tool", "tool_call_id": str, "name": str | None, "content": str}`
+  for a turn with at most one tool call;
+* `{"role": "assistant", "content": str | None, "tool_call": {"id", "name", "args"},
+  "tool_calls": [{"id", "name", "args"}, ...]}` for a turn with several: `tool_calls` lists them
+  all in the model's order and `tool_call` repeats the first, so code that reads only
+  `tool_call` keeps working. A turn without `tool_calls` has exactly the calls in `tool_call`.
+* `{"role": "tool", "tool_call_id": str, "name": str | None, "content": str}`: one per tool call,
+  in the order of the calls, right after their assistant turn; `tool_call_id` is the call's `id`.
+
+Ids are unique within a run and the same on every resume.
 """
+
+
+def message_tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tool calls of an assistant history message, in order (see `Message`)."""
+    calls = message.get("tool_calls")
+    if calls:
+        return list(calls)
+    call = message.get("tool_call")
+    return [] if call is None else [call]
 
 
 class _History:
@@ -87,48 +104,136 @@ class HistoryView(Sequence[Message]):
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """The one tool call a model decided on."""
+    """One tool call a model decided on."""
 
     name: str
     args: dict[str, Any]
 
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "args": self.args}
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens a model call spent."""
+    """Tokens a model call spent.
+
+    Attributes:
+        input_tokens: prompt tokens as the provider counts them (Anthropic's
+            count leaves out the cache reads and writes below; OpenAI's
+            includes cached tokens).
+        output_tokens: generated tokens.
+        cache_read_input_tokens: prompt tokens read from the provider's
+            prompt cache, when it reports them (None: not reported).
+        cache_creation_input_tokens: prompt tokens written to the cache,
+            when reported.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        """The log's form: the two counts, plus each cache count that was reported."""
+        doc = {"input_tokens": int(self.input_tokens), "output_tokens": int(self.output_tokens)}
+        if self.cache_read_input_tokens is not None:
+            doc["cache_read_input_tokens"] = int(self.cache_read_input_tokens)
+        if self.cache_creation_input_tokens is not None:
+            doc["cache_creation_input_tokens"] = int(self.cache_creation_input_tokens)
+        return doc
+
+    @classmethod
+    def from_json(cls, usage: Mapping[str, Any]) -> Usage:
+        read = usage.get("cache_read_input_tokens")
+        made = usage.get("cache_creation_input_tokens")
+        return cls(
+            int(usage.get("input_tokens", 0)),
+            int(usage.get("output_tokens", 0)),
+            None if read is None else int(read),
+            None if made is None else int(made),
+        )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ModelOutput:
-    """What a model call returned: text and/or one tool call, plus usage.
+    """What a model call returned: text and/or tool calls, plus usage.
 
-    A tool call means "run this next"; no tool call means `text` is the final
-    answer.
+    Tool calls mean "run these next" (in the order given); no tool call
+    means `text` is the final answer.
+
+    Args:
+        text: the model's text (the final answer when there is no call).
+        tool_call: one tool call; the same as `tool_calls=(call,)`.
+        usage: the tokens the call spent.
+        tool_calls: every tool call of the answer. Give `tool_call` or
+            `tool_calls`; given both, `tool_call` must be the first.
+        stop_reason: why the model stopped, as the provider says it
+            (`"tool_use"`, `"end_turn"`, `"max_tokens"`, ...), when the
+            adapter records it; None otherwise.
+
+    Attributes:
+        tool_call: the first tool call, or None (a property).
+
+    Raises:
+        ValueError: `tool_call` and `tool_calls` disagree.
     """
 
-    text: str | None = None
-    tool_call: ToolCall | None = None
-    usage: Usage | None = None
+    text: str | None
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage | None
+    stop_reason: str | None
+
+    def __init__(
+        self,
+        text: str | None = None,
+        tool_call: ToolCall | None = None,
+        usage: Usage | None = None,
+        *,
+        tool_calls: Sequence[ToolCall] = (),
+        stop_reason: str | None = None,
+    ) -> None:
+        calls = tuple(tool_calls)
+        if tool_call is not None:
+            if calls and calls[0] != tool_call:
+                raise ValueError("tool_call must be the first of tool_calls")
+            calls = calls or (tool_call,)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "tool_calls", calls)
+        object.__setattr__(self, "usage", usage)
+        object.__setattr__(self, "stop_reason", stop_reason)
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        """The first tool call, or None when the output is a final answer."""
+        return self.tool_calls[0] if self.tool_calls else None
 
     def to_json(self) -> dict[str, Any]:
-        call = self.tool_call
-        return {
-            "text": self.text,
-            "tool_call": None if call is None else {"name": call.name, "args": call.args},
-        }
+        """The log's form (`model_call_result.output`).
+
+        `{"text", "tool_call"}` (the first call or None); with two or more
+        calls also `"tool_calls"` listing all of them; with a stop reason
+        also `"stop_reason"`. An output with at most one call and no stop
+        reason is written exactly as before tool calls could be several.
+        """
+        calls = self.tool_calls
+        doc: dict[str, Any] = {"text": self.text, "tool_call": calls[0].to_json() if calls else None}
+        if len(calls) > 1:
+            doc["tool_calls"] = [c.to_json() for c in calls]
+        if self.stop_reason is not None:
+            doc["stop_reason"] = self.stop_reason
+        return doc
 
     @classmethod
     def from_json(cls, output: Mapping[str, Any], usage: Mapping[str, Any] | None = None) -> ModelOutput:
-        call = output.get("tool_call")
+        """Read `to_json`'s form (both the one-call and the several-calls shape)."""
+        listed = output.get("tool_calls")
+        first = output.get("tool_call")
+        raw = listed if listed else ([] if first is None else [first])
         return cls(
             text=output.get("text"),
-            tool_call=None if call is None else ToolCall(call["name"], dict(call["args"])),
-            usage=None
-            if usage is None
-            else Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
+            tool_calls=tuple(ToolCall(c["name"], dict(c["args"])) for c in raw),
+            usage=None if usage is None else Usage.from_json(usage),
+            stop_reason=output.get("stop_reason"),
         )
 
 
@@ -158,8 +263,10 @@ class Model(Protocol):
 class ScriptedModel:
     """A model that plays back a fixed script: the embedded default for demos and tests.
 
-    Each output is `{"tool": NAME, "args": {...}}` or `{"final": TEXT}` and may
-    carry `"text"` (thoughts shown with a tool call) and `"usage"`
+    Each output is `{"tool": NAME, "args": {...}}` (one tool call),
+    `{"calls": [{"tool": NAME, "args": {...}}, ...]}` (several tool calls in
+    one output, in order) or `{"final": TEXT}`, and may carry `"text"`
+    (thoughts shown with the tool calls) and `"usage"`
     (`{"input_tokens", "output_tokens"}`). Output *i* answers the step whose
     history holds *i* earlier assistant turns, so the choice depends only on
     the history given and a resumed run sees the same decisions.
@@ -188,13 +295,20 @@ class ScriptedModel:
 
     @staticmethod
     def _check(index: int, output: Any) -> dict[str, Any]:
-        if not isinstance(output, Mapping) or ("tool" in output) == ("final" in output):
+        kinds = [k for k in ("tool", "calls", "final") if isinstance(output, Mapping) and k in output]
+        if len(kinds) != 1:
             raise ValueError(
-                f"scripted output {index}: expected {{'tool': NAME, 'args': {{...}}}} "
-                f"or {{'final': TEXT}}, got {output!r}"
+                f"scripted output {index}: expected {{'tool': NAME, 'args': {{...}}}}, "
+                f"{{'calls': [{{'tool': NAME, 'args': {{...}}}}, ...]}} or {{'final': TEXT}}, got {output!r}"
             )
-        if "tool" in output and not isinstance(output.get("args", {}), Mapping):
-            raise ValueError(f"scripted output {index}: 'args' must be an object")
+        calls = output["calls"] if kinds == ["calls"] else [output] if kinds == ["tool"] else []
+        if kinds == ["calls"] and (not isinstance(calls, Sequence) or isinstance(calls, str) or not calls):
+            raise ValueError(f"scripted output {index}: 'calls' must be a non-empty list")
+        for call in calls:
+            if not isinstance(call, Mapping) or "tool" not in call:
+                raise ValueError(f"scripted output {index}: each call needs a 'tool', got {call!r}")
+            if not isinstance(call.get("args", {}), Mapping):
+                raise ValueError(f"scripted output {index}: 'args' must be an object")
         return dict(output)
 
     def describe(self) -> dict[str, Any]:
@@ -216,8 +330,9 @@ class ScriptedModel:
         usage_obj = Usage(**usage) if isinstance(usage, Mapping) else None
         if "final" in out:
             return ModelOutput(text=str(out["final"]), usage=usage_obj)
+        calls = out["calls"] if "calls" in out else [out]
         return ModelOutput(
             text=out.get("text"),
-            tool_call=ToolCall(str(out["tool"]), dict(out.get("args") or {})),
+            tool_calls=tuple(ToolCall(str(c["tool"]), dict(c.get("args") or {})) for c in calls),
             usage=usage_obj,
         )

@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal, Union
 
 import orjson
 
+from ._errors import RecordError, SchemaVersionError
+
 SCHEMA_VERSION = "1.0"
 """`major.minor` of the log format this library writes."""
 
@@ -150,16 +152,9 @@ RECORD_TYPES: tuple[type, ...] = (
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
-class RecordError(ValueError):
-    """A JSON object that is not a valid record of a known kind."""
-
-
-class UnknownSchemaError(RecordError):
-    """A `run_started` record written with an unknown major schema version."""
-
-    def __init__(self, version: object) -> None:
-        self.version = version
-        super().__init__(f"unsupported schema version {version!r}")
+# One error tree (polyloop._errors): an unknown major version is the same
+# `SchemaVersionError` whichever reader meets it.
+UnknownSchemaError = SchemaVersionError
 
 
 def encode(record: Record) -> bytes:
@@ -167,11 +162,39 @@ def encode(record: Record) -> bytes:
 
     Public as `polyloop.encode_record`: a store that keeps records elsewhere
     than in JSONL files stores these bytes (or their JSON) as they are.
+    Text that UTF-8 cannot carry (a lone surrogate) is written as described
+    by `representable`.
     """
     obj: dict[str, Any] = {"record": record.TAG}
     for name in record.__slots__:  # type: ignore[union-attr]
         obj[name] = getattr(record, name)
-    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # orjson's word for text UTF-8 cannot carry, among others
+        return orjson.dumps(representable(obj), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def representable(value: Any) -> Any:
+    """`value` with every lone surrogate written as the six characters `\\udXXX`.
+
+    Text from tools and models is data, and some of it is not valid Unicode:
+    `os.listdir` returns a file name whose bytes are not UTF-8 with lone
+    surrogates (`\\udcff` for the byte 0xff). UTF-8, and so the log, cannot
+    carry them; they are written as that visible escape instead (see
+    docs/reference/log-format.md), so the run goes on and a reader sees
+    which bytes were there. Everything else is returned unchanged.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {representable(k): representable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [representable(v) for v in value]
+    return value
 
 
 # What each field must hold: a tuple of accepted Python types (exact for
@@ -250,7 +273,7 @@ def decode(obj: Any) -> Record:
 
     Public as `polyloop.decode_record`. Strict about what a record needs,
     ignores fields it does not know, refuses an unknown major schema version
-    (`UnknownSchemaError`, a `RecordError`).
+    (`SchemaVersionError`).
     """
     if not isinstance(obj, dict):
         raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
@@ -287,7 +310,7 @@ _FIELDS: dict[type, tuple[tuple[str, tuple[type, ...], bool, bool], ...]] = {
 def _check_values(cls: type, v: dict[str, Any]) -> None:
     if cls is RunStarted:
         if schema_major(v["schema_version"]) != SUPPORTED_MAJOR:
-            raise UnknownSchemaError(v["schema_version"])
+            raise SchemaVersionError(None, v["schema_version"])
     elif cls is Intent:
         if v["kind"] not in ("model_call", "action"):
             raise RecordError(f"intent.kind {v['kind']!r} is not model_call or action")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ._records import Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted
 
@@ -72,8 +72,41 @@ class LockingStore(Store, Protocol):
 
     `lock(run_id)` is an async context manager held for the whole life of a
     run or a resolution; a second holder, in this process or another, gets
-    `RunActiveError` at once. The hold must end when its holder dies
+    `RunActiveError` at once. It may yield the `ParsedLog` it read while
+    taking the hold (then the caller does not read the log again) or None. The hold must end when its holder dies
     (an OS lock does this; across machines, a lease that lapses).
     """
 
-    def lock(self, run_id: str) -> AbstractAsyncContextManager[None]: ...
+    def lock(self, run_id: str) -> AbstractAsyncContextManager[Any]: ...
+
+
+@runtime_checkable
+class ProbingStore(Protocol):
+    """A store that can tell cheaply whether a run has a log (optional capability).
+
+    Used to refuse a mistyped run id before a lock (and its file) is taken.
+    """
+
+    def exists(self, run_id: str) -> bool: ...
+
+
+@runtime_checkable
+class HoldingStore(Protocol):
+    """A store that can name a run's live holder without taking the hold (optional).
+
+    `holder(run_id)` returns who holds it (e.g. `pid 41 on host`), or None.
+    `inspect` uses it to report a run as `active`.
+    """
+
+    def holder(self, run_id: str) -> str | None: ...
+
+
+@runtime_checkable
+class ParsingStore(Protocol):
+    """A store that can hand back a log with its line numbers and torn tail (optional).
+
+    `read_parsed(run_id)` returns a `polyloop._codec.ParsedLog` without
+    judging it, so `inspect` and `verify` can point at lines.
+    """
+
+    async def read_parsed(self, run_id: str) -> Any: ...

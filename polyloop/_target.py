@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import importlib.util
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ._agent import Agent, RunResult
-from ._classify import classify
 from ._errors import NeedsOperatorError, PolyLoopError, TargetError
+from ._ids import check_run_id
+from ._loop import _Run, held, verdict, walk_off_loop
+from ._plan import Finished, NeedsOperator, describe, plan
 from ._store import Store
 
 
@@ -53,8 +57,14 @@ def load_target(target: str) -> Agent:
             obj = obj()
         except PolyLoopError:
             raise
-        except Exception as exc:
-            raise TargetError(target, f"calling {name}() raised {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # a target never picks polyloop's exit code
+            raise TargetError(target, f"calling {name}() raised {_raised(exc)}") from exc
+        if inspect.isawaitable(obj):
+            if inspect.iscoroutine(obj):
+                obj.close()  # never awaited, on purpose: no warning about it
+            raise TargetError(
+                target, f"{name} is an async function; make it a plain function that returns an Agent"
+            )
     if not isinstance(obj, Agent):
         raise TargetError(target, f"{name} is a {type(obj).__name__}, not a polyloop.Agent")
     return obj
@@ -76,17 +86,23 @@ def _import_file(target: str, where: str) -> Any:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         del sys.modules[module_name]
-        raise TargetError(target, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+        raise TargetError(target, f"importing {where} raised {_raised(exc)}") from exc
     return module
 
 
 def _import_module(target: str, where: str) -> Any:
     try:
         return importlib.import_module(where)
-    except Exception as exc:
-        raise TargetError(target, f"importing {where} raised {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise TargetError(target, f"importing {where} raised {_raised(exc)}") from exc
+
+
+def _raised(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (it called sys.exit({exc.code!r}))"
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def run_target(
@@ -126,30 +142,50 @@ async def run_target(
     )
 
 
-async def resume_run(run_id: str, *, store: Store) -> RunResult:
+async def resume_run(
+    run_id: str, *, store: Store, on_resume: Callable[[str], None] | None = None
+) -> RunResult:
     """Continue a run, re-importing the agent target recorded when it started.
 
-    A finished run is returned as recorded, and a run that needs an operator
-    is reported, without importing the target or touching the log.
+    The single call behind `polyloop resume`: it takes the run's hold, reads
+    and classifies the log once, and carries on from that verdict. A finished
+    run is returned as recorded (`already_finished=True`), and a run that
+    needs an operator is reported, without importing the target or writing
+    anything.
+
+    Args:
+        run_id: the run.
+        store: where it lives.
+        on_resume: called with one sentence (what happens next) just before
+            the run continues, e.g. to tell a person.
 
     Raises:
         RunNotFoundError: the run id has no log.
+        RunActiveError: another live process holds the run.
+        CorruptLogError: the log cannot come from a correct writer.
         NeedsOperatorError: an unknown `never` action must be settled first.
         TargetError: no target was recorded, or it cannot be loaded.
         and everything `Agent.run` raises.
     """
-    recovery = classify(await store.read_log(run_id), run_id=run_id)
-    if recovery.finished is not None:
-        f = recovery.finished
-        return RunResult(run_id, f.reason, f.result, f.steps, f.error)
-    if recovery.blocking:
-        raise NeedsOperatorError(run_id, recovery.blocking)
-    target = recovery.started.target
-    if not target:
-        raise TargetError(
-            "<none>",
-            f"run {run_id!r} was started from Python without a target; resume it by "
-            "calling Agent.run with the same run id",
-        )
-    agent = load_target(target)
-    return await agent.run(run_id=run_id, store=store)
+    check_run_id(run_id)
+    async with held(store, run_id, must_exist=True) as records:
+        assert records is not None
+        walker = verdict(await walk_off_loop(records, run_id), run_id)
+        nxt = plan(walker)
+        if isinstance(nxt, Finished) and walker.finished is not None:
+            f = walker.finished
+            return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
+        if isinstance(nxt, NeedsOperator):
+            raise NeedsOperatorError(run_id, nxt.executions)
+        assert walker.started is not None
+        target = walker.started.target
+        if not target:
+            raise TargetError(
+                "<none>",
+                f"run {run_id!r} was started from Python without a target; resume it by "
+                "calling Agent.run with the same run id",
+            )
+        agent = load_target(target)
+        if on_resume is not None:
+            on_resume(describe(nxt, run_id))
+        return await _Run(agent, store, walker).go()

@@ -34,62 +34,28 @@ Importing `polyloop` never imports this module or `openai`.
 
 from __future__ import annotations
 
-import email.utils
 import json
-import os
-import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-try:
-    import openai as _openai
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    raise ImportError(
-        "polyloop.openai needs the `openai` package, an optional extra of polyloop: "
-        "pip install 'polyloop[openai]'",
-        name="openai",
-    ) from exc
+from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
+from ._provider import HostedModel, MalformedResponseError, bad_arguments, import_extra
 
-from ._errors import TransientModelError
-from ._model import Message, ModelOutput, ToolCall, Usage
+_openai = import_extra("openai")
 
 __all__ = ["DEFAULT_BASE_URL", "MalformedResponseError", "OpenAIModel"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """The base URL used when neither `base_url` nor `OPENAI_BASE_URL` is set."""
 
-_LOCAL_KEY = "unused"
-_RESERVED = frozenset({"model", "messages", "tools", "stream"})
 
 
-class MalformedResponseError(TransientModelError):
-    """The server answered, but the answer cannot be read as a decision.
-
-    Raised when the answer has no choices, or when the model's tool call
-    carries arguments that are not a JSON object (small models do this). It
-    is a `TransientModelError`: the run loop records the failed attempt,
-    with the raw arguments in its error, and asks the model again as a new
-    attempt — a fresh sample usually parses. No action intent is written for
-    a tool call that could not be read.
-
-    Attributes:
-        raw: the unreadable tool-call arguments (None for other problems).
-        usage: the tokens the server says the unreadable answer cost, if it
-            said (recorded in the failed attempt's `model_call_result`).
-    """
-
-    def __init__(self, message: str, *, raw: str | None = None, usage: Usage | None = None) -> None:
-        super().__init__(message, usage=usage)
-        self.raw = raw
-
-
-class OpenAIModel:
+class OpenAIModel(HostedModel):
     """A `polyloop.Model` backed by an OpenAI-compatible chat-completions server.
 
     Each `complete` call sends the whole history and the tool specs and
-    returns the first tool call of the answer (or its text as the final
-    answer), with the token usage the server reports.
+    returns every tool call of the answer (or its text as the final answer),
+    with the token usage the server reports.
 
     Args:
         model: the model name; default `$POLYLOOP_MODEL`, else `$OPENAI_MODEL`.
@@ -113,6 +79,13 @@ class OpenAIModel:
             (`model`, `messages`, `tools`, `stream`).
     """
 
+    _kind = "OpenAIModel"
+    _model_env = "OPENAI_MODEL"
+    _url_env = "OPENAI_BASE_URL"
+    _key_env = "OPENAI_API_KEY"
+    _default_url = DEFAULT_BASE_URL
+    _reserved = frozenset({"model", "messages", "tools", "stream"})
+
     def __init__(
         self,
         *,
@@ -123,64 +96,26 @@ class OpenAIModel:
         params: Mapping[str, Any] | None = None,
         client: Any | None = None,
     ) -> None:
-        name = model or os.environ.get("POLYLOOP_MODEL") or os.environ.get("OPENAI_MODEL")
-        if not name:
-            raise ValueError(
-                "OpenAIModel needs a model name: set POLYLOOP_MODEL (or OPENAI_MODEL), "
-                "or pass model=..."
-            )
-        clashes = sorted(_RESERVED.intersection(params or {}))
-        if clashes:
-            raise ValueError(f"params must not set {', '.join(clashes)}: the adapter sends those")
-        self.model = name
-        self.timeout = timeout
-        self.params = dict(params or {})
-        if client is not None:
-            self._client = client.with_options(max_retries=0, timeout=timeout)
-            self.base_url = str(self._client.base_url).rstrip("/")
-            self._api_key = None
-            return
-        self._client = None
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if _is_openai(self.base_url):
-                raise ValueError(
-                    f"OpenAIModel needs an API key for {self.base_url}: set OPENAI_API_KEY, "
-                    "or pass api_key=...; for a local server set OPENAI_BASE_URL"
-                )
-            key = _LOCAL_KEY
-        self._api_key = key
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel(model={self.model!r}, base_url={_public_url(self.base_url)!r})"
+        super().__init__(
+            model=model, base_url=base_url, api_key=api_key, timeout=timeout, params=params, client=client
+        )
 
     def describe(self) -> dict[str, Any]:
         """What `run_started` records about the model; never the API key."""
-        doc: dict[str, Any] = {
-            "type": "OpenAIModel",
-            "model": self.model,
-            "base_url": _public_url(self.base_url),
-        }
-        if self.params:
-            doc["params"] = dict(self.params)
-        return doc
+        return self._described()
 
-    def request(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:
-        """The chat-completions request body `complete` would send.
+    def _body(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The chat-completions request body, before `params`.
 
         History messages are converted to chat-completions messages: an
-        assistant turn's `tool_call` becomes a one-element `tool_calls` list
-        (its id is the model call's result id, e.g. `s1-m1`, so it is the
-        same on every resume) and tool turns become `role: "tool"` messages
-        answering that id. Tool specs become `{"type": "function", ...}`.
+        assistant turn's tool calls (see `polyloop.Message`) become its
+        `tool_calls` list, each with the id the history gives it (the same
+        on every resume), and tool turns become `role: "tool"` messages
+        answering those ids. Tool specs become `{"type": "function", ...}`.
         """
         body: dict[str, Any] = {"model": self.model, "messages": _chat_messages(messages)}
         if tools:
             body["tools"] = _chat_tools(tools)
-        body.update(self.params)
         return body
 
     async def complete(
@@ -189,12 +124,10 @@ class OpenAIModel:
         """Ask the server for the next decision.
 
         Returns:
-            The first tool call of the answer (with any text beside it), or,
-            when there is no tool call, the text as the final answer; with
-            usage (`prompt_tokens` → input, `completion_tokens` → output)
-            when the server reports it. Further tool calls in the same answer
-            are dropped: a step runs one action, and the history sent next
-            time shows only the one that ran.
+            Every function tool call of the answer, in order (with any text
+            beside them), or, when there is no tool call, the text as the
+            final answer; with usage (`prompt_tokens` → input,
+            `completion_tokens` → output) when the server reports it.
 
         Raises:
             TransientModelError: rate limited (429), timed out, could not
@@ -206,22 +139,12 @@ class OpenAIModel:
                 retrying would not help, so the run stops resumable.
         """
         body = self.request(messages, tools)
-        try:
-            if self._client is not None:
-                response = await self._client.chat.completions.create(**body)
-            else:
-                async with _openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    timeout=self.timeout,
-                    max_retries=0,
-                ) as client:
-                    response = await client.chat.completions.create(**body)
-        except _openai.APIError as exc:
-            transient = _transient(exc, _public_url(self.base_url))
-            if transient is None:
-                raise
-            raise transient from exc
+        response = await self._send(
+            _openai,
+            _openai.AsyncOpenAI,
+            lambda client: client.chat.completions.create(**body),
+            permanent=_out_of_credit,
+        )
         return _model_output(response)
 
 
@@ -231,9 +154,9 @@ def _chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     for m in messages:
         role = m.get("role")
         if role == "assistant":
-            call = m.get("tool_call")
+            calls = message_tool_calls(m)
             msg: dict[str, Any] = {"role": "assistant", "content": m.get("content")}
-            if call is not None:
+            if calls:
                 msg["tool_calls"] = [
                     {
                         "id": str(call["id"]),
@@ -243,6 +166,7 @@ def _chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                             "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False),
                         },
                     }
+                    for call in calls
                 ]
             elif msg["content"] is None:
                 msg["content"] = ""
@@ -283,13 +207,13 @@ def _model_output(response: Any) -> ModelOutput:
         raise MalformedResponseError("the server's answer has no choices", usage=usage)
     message = choices[0].message
     text = message.content or getattr(message, "refusal", None)
-    for call in message.tool_calls or []:
-        function = getattr(call, "function", None)
-        if function is None:  # a custom (non-function) tool call: not ours
-            continue
-        return ModelOutput(
-            text=text or None, tool_call=ToolCall(function.name, _arguments(function, usage)), usage=usage
-        )
+    calls = tuple(
+        ToolCall(call.function.name, _arguments(call.function, usage))
+        for call in message.tool_calls or []
+        if getattr(call, "function", None) is not None  # a custom (non-function) call is not ours
+    )
+    if calls:
+        return ModelOutput(text=text or None, tool_calls=calls, usage=usage)
     return ModelOutput(text=text or "", usage=usage)
 
 
@@ -302,12 +226,7 @@ def _arguments(function: Any, usage: Usage | None) -> dict[str, Any]:
     except ValueError:
         args = None
     if not isinstance(args, dict):
-        shown = raw if len(raw) <= 500 else raw[:497] + "..."
-        raise MalformedResponseError(
-            f"the model called {function.name!r} with arguments that are not a JSON object: {shown!r}",
-            raw=raw,
-            usage=usage,
-        )
+        raise bad_arguments(function.name, raw, usage)
     return args
 
 
@@ -320,67 +239,6 @@ def _usage(usage: Any) -> Usage | None:
     )
 
 
-def _transient(exc: Exception, url: str) -> TransientModelError | None:
-    """The `TransientModelError` for a retryable API error, or None."""
-    if isinstance(exc, _openai.APITimeoutError):
-        return TransientModelError(f"the request to {url} timed out")
-    if isinstance(exc, _openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f": {type(cause).__name__}: {cause}" if cause else ""
-        return TransientModelError(f"cannot connect to {url}{detail}")
-    if not isinstance(exc, _openai.APIStatusError):
-        return None
-    status = exc.status_code
-    if status == 429 and exc.code == "insufficient_quota":
-        return None  # out of credit: retrying cannot help, stop resumable instead
-    if status not in (408, 409, 429) and status < 500:
-        return None
-    what = "rate limited" if status == 429 else "server error" if status >= 500 else "try again"
-    wait = _retry_after(exc.response.headers)
-    hint = "" if wait is None else f" (retry after {wait:g}s)"
-    return TransientModelError(
-        f"{what} (HTTP {status}) by {url}{hint}: {_server_message(exc)}", retry_after=wait
-    )
-
-
-def _server_message(exc: Any) -> str:
-    body = exc.body
-    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
-        return body["message"]
-    return str(exc.message)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _is_openai(base_url: str) -> bool:
-    host = urllib.parse.urlsplit(base_url).hostname or ""
-    return host == "api.openai.com"
-
-
-def _public_url(url: str) -> str:
-    """The URL without any user:password part, safe to record and print."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+def _out_of_credit(exc: Any) -> bool:
+    """A 429 that says the account is out of credit: retrying cannot help, stop resumable instead."""
+    return exc.status_code == 429 and getattr(exc, "code", None) == "insufficient_quota"

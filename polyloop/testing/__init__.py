@@ -11,19 +11,42 @@ Run the contract against your own store with pytest::
 
 or without pytest: ``polyloop.testing.check_store(lambda: MyStore(path))``.
 Nothing here is loaded as a pytest plugin automatically.
+
+The fake model servers (`FakeOpenAIServer`, `FakeAnthropicServer`,
+`FakeResponse`, `FakeRequest`) are test helpers of this repository, not a
+supported API: they can be imported from here, but only on first use (so
+`import polyloop.testing` does not load an HTTP server), and they may change
+without notice.
 """
+
+from typing import Any
 
 from ._contract import PROPERTIES, ContractViolation, StoreContract, check_store, logical
 from ._memory import MemoryStore
-from .fake_openai import FakeOpenAIServer, FakeResponse
 
 __all__ = [
     "PROPERTIES",
     "ContractViolation",
-    "FakeOpenAIServer",
-    "FakeResponse",
     "MemoryStore",
     "StoreContract",
     "check_store",
     "logical",
 ]
+
+_LAZY = {
+    "FakeAnthropicServer": "._fake_anthropic",
+    "FakeOpenAIServer": "._fake_openai",
+    "FakeRequest": "._fake_http",
+    "FakeResponse": "._fake_http",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

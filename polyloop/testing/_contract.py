@@ -18,7 +18,7 @@ from typing import Any
 
 from .._agent import Agent
 from .._classify import classify
-from .._errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError
+from .._errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._inspect import mark_resolved
 from .._model import ScriptedModel
 from .._records import (
@@ -30,7 +30,7 @@ from .._records import (
     RunStarted,
     StepCompleted,
 )
-from .._store import Store
+from .._store import LockingStore, Store
 from .._tools import tool
 
 StoreFactory = Callable[[], Any]
@@ -322,18 +322,34 @@ async def unknown_actions_follow_their_replay_policy(factory: StoreFactory) -> N
 async def lock_excludes_a_second_holder(factory: StoreFactory) -> None:
     """If the store offers `lock`, a second holder is refused until the first lets go."""
     store = await _make(factory)
-    lock = getattr(store, "lock", None)
-    if not callable(lock):
+    if not isinstance(store, LockingStore):
         return
     run_id = _fresh_id("lock")
-    async with lock(run_id):
+    async with store.lock(run_id):
         try:
-            async with lock(run_id):
+            async with store.lock(run_id):
                 raise ContractViolation("a second holder got the lock")
         except RunActiveError:
             pass
-    async with lock(run_id):
+    async with store.lock(run_id):
         pass
+
+
+async def unknown_major_version_is_refused(factory: StoreFactory) -> None:
+    """A log of an unknown major format reads as `SchemaVersionError`, whichever store keeps it."""
+    store = await _make(factory)
+    run_id = _fresh_id("schema")
+    await store.write_run_started(RunStarted(run_id=run_id, goal="from the future", schema_version="99.0"))
+    try:
+        await store.read_log(run_id)
+    except SchemaVersionError as exc:
+        _expect(exc.version == "99.0", f"SchemaVersionError names version {exc.version!r}, not '99.0'")
+        return
+    except Exception as exc:  # the contract is one error class for one meaning
+        raise ContractViolation(
+            f"read_log of a log written in format 99.0 raised {type(exc).__name__}, not SchemaVersionError"
+        ) from exc
+    raise ContractViolation("read_log of a log written in format 99.0 did not raise SchemaVersionError")
 
 
 PROPERTIES: tuple[Property, ...] = (
@@ -346,6 +362,7 @@ PROPERTIES: tuple[Property, ...] = (
     resume_matches_uninterrupted_run,
     unknown_actions_follow_their_replay_policy,
     lock_excludes_a_second_holder,
+    unknown_major_version_is_refused,
 )
 
 
@@ -406,3 +423,6 @@ class StoreContract:
 
     def test_lock_excludes_a_second_holder(self, store_factory: StoreFactory) -> None:
         asyncio.run(lock_excludes_a_second_holder(store_factory))
+
+    def test_unknown_major_version_is_refused(self, store_factory: StoreFactory) -> None:
+        asyncio.run(unknown_major_version_is_refused(store_factory))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError
+from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._ids import check_run_id
 from .._records import (
     Intent,
@@ -74,6 +74,8 @@ class MemoryStore:
 
     async def read_log(self, run_id: str) -> list[Record]:
         parsed = parse_log(self.raw(run_id))
+        if parsed.schema_version is not None:
+            raise SchemaVersionError(run_id, parsed.schema_version)
         if parsed.problems:
             raise CorruptLogError(run_id, parsed.problems)
         return parsed.records

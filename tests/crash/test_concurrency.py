@@ -17,6 +17,8 @@ import signal
 import time
 
 import orjson
+from pathlib import Path
+
 import pytest
 
 import crashkit as ck
@@ -30,9 +32,9 @@ def golden(tmp_path_factory):
     return ck.golden_run(tmp_path_factory.mktemp("golden"))
 
 
-def _line_up(w: ck.World, args_list: list[list[str]], barrier) -> list[ck.Proc]:
+def _line_up(w: ck.World, args_list: list[list[str]], barrier, variable: str = "POLYLOOP_BARRIER") -> list[ck.Proc]:
     """Start every process, wait until all are at the barrier, release them together."""
-    env = {"POLYLOOP_BARRIER": str(barrier)}
+    env = {variable: str(barrier)}
     started = time.monotonic()
     procs = [w.spawn(args, env) for args in args_list]
     deadline = time.monotonic() + 30
@@ -127,8 +129,10 @@ def test_resumes_racing_after_a_crash_never_both_run(tmp_path, golden, reliabili
     for r in range(ROUNDS):
         w = ck.World(tmp_path / f"round-{r}")
         assert w.child_run(kill_at="after:intent:model_call:3").killed  # a safe step 3 left to do
-        args = [*ck.CLI, "resume", ck.RUN_ID, "--dir", str(w.dir)]
-        procs = _line_up(w, [args] * 2, w.root / "go")
+        # The barrier stands before the command line starts: resume takes the
+        # run's hold before it imports the agent.
+        args = [ck.PYTHON, str(Path(__file__).with_name("barrier_cli.py")), "resume", ck.RUN_ID, "--dir", str(w.dir)]
+        procs = _line_up(w, [args] * 2, w.root / "go", "POLYLOOP_CLI_BARRIER")
         # One resumes; the others are refused (held) or find it finished (exit 0, nothing run).
         assert all(p.code in (0, 2) for p in procs), "\n".join(map(str, procs))
         assert any(p.code == 0 for p in procs)

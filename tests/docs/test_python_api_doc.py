@@ -7,6 +7,7 @@ import inspect
 import re
 
 import polyloop
+import polyloop.anthropic
 import polyloop.openai
 import polyloop.stores
 import polyloop.testing
@@ -16,7 +17,7 @@ from polyloop_cli import errors as cli_errors
 
 PAGE = DOCS / "reference" / "python-api.md"
 TEXT = PAGE.read_text(encoding="utf-8")
-MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai]
+MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic]
 PUBLIC = {(m.__name__, name): getattr(m, name) for m in MODULES for name in m.__all__}
 
 

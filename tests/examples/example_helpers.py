@@ -11,7 +11,7 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # Nothing from the developer's shell may leak into an example run (least of all a real API key).
-LEAKY = ("POLYLOOP_", "OPENAI_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS")
+LEAKY = ("POLYLOOP_", "OPENAI_", "ANTHROPIC_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS")
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -14,7 +14,7 @@ from example_helpers import Runner
 
 pytest.importorskip("openai")
 
-from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse  # noqa: E402
+from polyloop.testing import FakeOpenAIServer, FakeResponse  # noqa: E402
 
 GOAL = "write meeting notes to notes.txt, then collect the TODO lines in todo.txt"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+from polyloop.testing import FakeOpenAIServer, FakeResponse
 
 
 def _post(server: FakeOpenAIServer, body: Any, key: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -111,3 +111,23 @@ def test_script_lines_read_like_scripted_model_outputs() -> None:
     assert FakeResponse.from_json({"error": 429}).status == 429
     with pytest.raises(ValueError):
         FakeResponse.from_json({"nothing": 1})
+
+
+@pytest.mark.parametrize(("api", "variable"), [("openai", "OPENAI_BASE_URL"), ("anthropic", "ANTHROPIC_BASE_URL")])
+def test_the_server_command_lives_outside_the_package_and_prints_its_environment(api: str, variable: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[2] / "tools" / "fake_model_server.py"
+    done = subprocess.run(
+        [sys.executable, str(tool), "--api", api, "--final", "hi", "--lifetime", "0.5"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{variable}=http://127.0.0.1:") and lines[1] == "POLYLOOP_MODEL=fake-model"
+    import polyloop.testing
+
+    assert not any(name.startswith("Fake") for name in polyloop.testing.__all__)
+    assert not (Path(polyloop.testing.__file__).parent / "fake_openai.py").exists()

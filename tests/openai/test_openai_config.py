@@ -16,24 +16,25 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
-def test_importing_polyloop_does_not_import_openai() -> None:
-    done = _python("import sys, polyloop, polyloop.testing; print('openai' in sys.modules)")
+def test_importing_polyloop_imports_no_model_sdk() -> None:
+    done = _python("import sys, polyloop, polyloop.testing; print([m in sys.modules for m in ('openai', 'anthropic')])")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == "[False, False]"
 
 
-def test_missing_openai_names_the_extra() -> None:
-    # sys.modules[name] = None makes `import openai` fail as if it were not installed.
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_a_missing_sdk_names_the_extra(sdk: str) -> None:
+    # sys.modules[name] = None makes `import <sdk>` fail as if it were not installed.
     done = _python(
-        "import sys; sys.modules['openai'] = None\n"
+        f"import sys; sys.modules[{sdk!r}] = None\n"
         "try:\n"
-        "    import polyloop.openai\n"
+        f"    import polyloop.{sdk}\n"
         "except ImportError as exc:\n"
         "    print(exc.name, '|', exc)\n"
     )
     assert done.returncode == 0, done.stderr
-    assert "openai |" in done.stdout
-    assert "pip install 'polyloop[openai]'" in done.stdout
+    assert f"{sdk} |" in done.stdout
+    assert f"pip install 'polyloop[{sdk}]'" in done.stdout
 
 
 def test_configuration_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

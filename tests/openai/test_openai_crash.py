@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from polyloop import Intent, JsonlStore, ModelCallResult, inspect_run, mark_resolved
-from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+from polyloop.testing import FakeOpenAIServer, FakeResponse
 
 AGENT = textwrap.dedent(
     '''

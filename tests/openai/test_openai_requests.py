@@ -8,7 +8,7 @@ import pytest
 
 from polyloop import ModelOutput, ToolCall, Usage, tool
 from polyloop.openai import MalformedResponseError, OpenAIModel
-from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+from polyloop.testing import FakeOpenAIServer, FakeResponse
 
 HISTORY = [
     {"role": "system", "content": "Be brief."},
@@ -85,7 +85,7 @@ async def test_history_and_tools_are_sent_as_chat_completions() -> None:
             "function": {
                 "name": "list_files",
                 "description": "List the files.",
-                "parameters": {"type": "object", "properties": {}, "required": []},
+                "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
             },
         },
         {
@@ -98,9 +98,10 @@ async def test_history_and_tools_are_sent_as_chat_completions() -> None:
                     "properties": {
                         "old": {"type": "string"},
                         "new": {"type": "string"},
-                        "force": {"type": "boolean"},
+                        "force": {"type": "boolean", "default": False},
                     },
                     "required": ["old", "new"],
+                    "additionalProperties": False,
                 },
             },
         },
@@ -148,11 +149,48 @@ async def test_missing_usage_is_none() -> None:
 
 
 @pytest.mark.asyncio
-async def test_only_the_first_of_several_tool_calls_is_used() -> None:
-    reply = FakeResponse.tool_call("list_files", {}, more=[("rename", {"old": "a", "new": "b"})])
+async def test_every_tool_call_of_an_answer_is_passed_through() -> None:
+    reply = FakeResponse.tool_call("list_files", {}, text="Both.", more=[("rename", {"old": "a", "new": "b"})])
     with FakeOpenAIServer([reply]) as server:
         out = await _model(server).complete(HISTORY[:2], SPECS)
-    assert out.tool_call == ToolCall("list_files", {})
+    assert out.tool_calls == (ToolCall("list_files", {}), ToolCall("rename", {"old": "a", "new": "b"}))
+    assert out.tool_call == ToolCall("list_files", {}) and out.text == "Both."
+
+
+PARALLEL = [
+    {"role": "user", "content": "Look and rename"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_call": {"id": "s1-a1", "name": "list_files", "args": {}},
+        "tool_calls": [
+            {"id": "s1-a1", "name": "list_files", "args": {}},
+            {"id": "s1-a2", "name": "rename", "args": {"old": "a", "new": "b"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "s1-a1", "name": "list_files", "content": "a"},
+    {"role": "tool", "tool_call_id": "s1-a2", "name": "rename", "content": "ok"},
+]
+
+
+@pytest.mark.asyncio
+async def test_a_turn_with_several_calls_is_one_assistant_message_then_one_result_each() -> None:
+    with FakeOpenAIServer([FakeResponse.final("done")]) as server:
+        await _model(server).complete(PARALLEL, SPECS)
+    sent = server.chat_requests[0].messages
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in sent[1]["tool_calls"]] == [
+        ("s1-a1", "list_files", {}),
+        ("s1-a2", "rename", {"old": "a", "new": "b"}),
+    ]
+    assert [m["tool_call_id"] for m in sent[2:]] == ["s1-a1", "s1-a2"]
+
+
+@pytest.mark.asyncio
+async def test_a_call_left_without_a_result_is_refused_as_a_real_server_would() -> None:
+    with FakeOpenAIServer([FakeResponse.final("unused")]) as server:
+        with pytest.raises(Exception, match="did not have response messages: s1-a2"):
+            await _model(server).complete(PARALLEL[:3], SPECS)
 
 
 @pytest.mark.asyncio

@@ -20,7 +20,7 @@ from polyloop import (
     tool,
 )
 from polyloop.openai import OpenAIModel
-from polyloop.testing.fake_openai import FakeOpenAIServer, FakeResponse
+from polyloop.testing import FakeOpenAIServer, FakeResponse
 
 KEY = "test-key"
 

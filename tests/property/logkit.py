@@ -61,7 +61,7 @@ class _Draw:
         return self.draw(usages)
 
     def run_id(self) -> str:
-        return self.draw(st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,15}", fullmatch=True))
+        return self.draw(st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,15}", fullmatch=True))
 
 
 class RandomDraw:
@@ -88,7 +88,7 @@ class RandomDraw:
         return {"input_tokens": self.rnd.randrange(10**6), "output_tokens": self.rnd.randrange(10**6)}
 
     def run_id(self) -> str:
-        return "".join(self.rnd.choice("abcXYZ019_-.") for _ in range(self.rnd.randint(1, 12))).lstrip(".") or "r"
+        return "".join(self.rnd.choice("abcXYZ019_-.") for _ in range(self.rnd.randint(1, 12))).lstrip(".-") or "r"
 
 
 def simulate(d: Any) -> list[Any]:

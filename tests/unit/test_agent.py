@@ -128,7 +128,10 @@ async def test_tool_failures_and_unknown_tools_become_observations(memory):
     steps = classify(await memory.read_log("r")).steps
     assert steps[0].completed.observation == "error: ValueError: bad 7" and steps[0].completed.is_error
     assert "unknown tool 'nope'" in steps[1].completed.observation and steps[1].completed.result_id is None
-    assert steps[2].completed.is_error and "TypeError" in steps[2].completed.observation
+    # Arguments that do not fit the schema never reach the tool: no intent, a precise observation.
+    assert steps[2].completed.is_error and steps[2].actions == () and steps[2].completed.result_id is None
+    assert "n: required field missing" in steps[2].completed.observation
+    assert "wrong: unexpected field" in steps[2].completed.observation
 
 
 async def test_resume_skips_done_work_and_reuses_results(memory):
@@ -356,8 +359,13 @@ def test_the_tool_decorator_declares_policy_and_schema():
         "description": "Write a file.",
         "parameters": {
             "type": "object",
-            "properties": {"path": {"type": "string"}, "text": {"type": "string"}, "mode": {"type": "integer"}},
+            "properties": {
+                "path": {"type": "string"},
+                "text": {"type": "string"},
+                "mode": {"type": "integer", "default": 0},
+            },
             "required": ["path", "text"],
+            "additionalProperties": False,
         },
     }
     assert "ctx" not in read_file.spec()["parameters"]["properties"]
@@ -394,7 +402,7 @@ async def test_retry_after_and_the_usage_of_failed_attempts_are_honoured(memory,
                 raise TransientModelError("429", retry_after=1e9)
             return ModelOutput(text="ok")
 
-    monkeypatch.setattr("polyloop._agent.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("polyloop._loop.asyncio.sleep", fake_sleep)
     agent = Agent(model=Limited(), retry_backoff=0.5)
     assert (await agent.run("goal", run_id="r", store=memory)).text == "ok"
     assert slept == [7.0, 60.0]  # the server's wish, capped

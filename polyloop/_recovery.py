@@ -1,0 +1,148 @@
+"""The verdict on a log: its executions, steps and status, as frozen values.
+
+`polyloop._classify` builds these; everything that reads a log (inspect,
+resume, the CLI) reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._records import Intent, ModelCallResult, Resolution, RunFinished, RunStarted, StepCompleted
+
+State = Literal["done", "unknown", "superseded", "resolved"]
+Status = Literal["finished", "needs_operator", "resumable"]
+DEFAULT_MAX_ATTEMPTS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One model call or action attempt, as the log tells it.
+
+    Attributes:
+        result_id: the id its result is (or would be) stored under.
+        kind: `"model_call"` or `"action"`.
+        step, attempt: where it belongs (both from 1).
+        state: `done`, `unknown`, `superseded` or `resolved`.
+        intent: the intent record.
+        result: the `ModelCallResult` or `StepCompleted` naming it, if any.
+        resolution: the operator's `Resolution`, if any.
+        index: position of the intent in the log (0-based).
+    """
+
+    result_id: str
+    kind: str
+    step: int
+    attempt: int
+    state: State
+    intent: Intent
+    result: ModelCallResult | StepCompleted | None
+    resolution: Resolution | None
+    index: int
+
+    @property
+    def tool(self) -> str | None:
+        return self.intent.tool
+
+    @property
+    def args(self) -> dict[str, Any] | None:
+        return self.intent.args
+
+    @property
+    def replay(self) -> str | None:
+        return self.intent.replay
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.intent.idempotency_key
+
+    @property
+    def error(self) -> str | None:
+        """Why a model call attempt failed (None if it did not, or is not a model call)."""
+        return self.result.error if isinstance(self.result, ModelCallResult) else None
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """What the log says about one step.
+
+    `output` is the successful model call result (None until the model
+    answered); `completed` the step's `StepCompleted` record.
+    """
+
+    step: int
+    model_calls: tuple[Execution, ...]
+    actions: tuple[Execution, ...]
+    output: ModelCallResult | None
+    completed: StepCompleted | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """The verdict on a log that a correct writer could have produced.
+
+    Attributes:
+        run_id: the run.
+        started: its `run_started` record.
+        finished: its `run_finished` record, or None.
+        executions: every execution in log order.
+        steps: one `StepView` per step that has any record, in order.
+        status: `finished`, `needs_operator` or `resumable`.
+        blocking: the unknown, unresolved `never` actions an operator must settle.
+        resolutions: every `resolution` record in log order.
+    """
+
+    run_id: str
+    started: RunStarted
+    finished: RunFinished | None
+    executions: tuple[Execution, ...]
+    steps: tuple[StepView, ...]
+    status: Status
+    blocking: tuple[Execution, ...]
+    resolutions: tuple[Resolution, ...] = ()
+
+    def __repr__(self) -> str:
+        # Short on purpose: a 100,000-step verdict printed in full takes seconds
+        # (asyncio itself reprs the result of a finished task).
+        return (
+            f"Recovery(run_id={self.run_id!r}, status={self.status!r}, "
+            f"steps={len(self.steps)}, executions={len(self.executions)})"
+        )
+
+    @property
+    def completed_steps(self) -> int:
+        # Steps complete in order, so only the last view can be open.
+        n = len(self.steps)
+        return n - 1 if n and self.steps[-1].completed is None else n
+
+    def execution(self, result_id: str) -> Execution | None:
+        for e in self.executions:
+            if e.result_id == result_id:
+                return e
+        return None
+
+    @property
+    def max_steps(self) -> int | None:
+        return max_steps_of(self.started)
+
+    @property
+    def max_attempts(self) -> int:
+        """Model call attempts a step may use, as recorded at the start."""
+        return max_attempts_of(self.started)
+
+    def next_action(self) -> str:
+        """One sentence: what `resume` would do next (the planner's verdict, rendered)."""
+        from ._plan import describe, plan
+
+        return describe(plan(self), self.run_id)
+
+
+def max_steps_of(started: RunStarted) -> int | None:
+    value = started.config.get("max_steps")
+    return value if type(value) is int else None
+
+
+def max_attempts_of(started: RunStarted) -> int:
+    value = started.config.get("max_attempts")
+    return value if type(value) is int else DEFAULT_MAX_ATTEMPTS
