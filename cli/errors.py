@@ -5,7 +5,8 @@
          the log is corrupt (so resume refuses); verify found corruption
     2    bad usage or bad input: unknown or unsafe run id, a run id that exists for `run`,
          a target that cannot be loaded, mark-resolved on an execution that is not an
-         open unknown, a run held by another live process, bad flags
+         open unknown, a run held by another live process, bad flags, a batch that
+         cannot start (no goals file, an unsafe name, already running)
     3    the run stopped and needs an operator (an unknown `never` execution)
     130  interrupted (Ctrl-C); the run stays resumable
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import typer
 
 from polyloop import (
+    BatchError,
     CorruptLogError,
     InvalidInputError,
     InvalidRunIdError,
@@ -74,6 +76,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (RunMismatchError, USAGE),
     (ResolutionError, USAGE),
     (TargetError, USAGE),
+    (BatchError, USAGE),  # a batch that cannot start: nothing ran
     (BadInput, USAGE),
     (UsageError, USAGE),
     (KeyboardInterrupt, INTERRUPTED),

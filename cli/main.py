@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from . import errors, inspect_cmd, mark_resolved, resume, run, verify
+from . import batch, errors, inspect_cmd, mark_resolved, resume, run, verify
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
 
@@ -124,6 +124,7 @@ app.command("resume", short_help="Continue a run after a crash.")(resume.command
 app.command("verify", short_help="Check every log in a directory for corruption (CI).")(
     verify.command
 )
+app.command("batch", short_help="Run an agent once per line of a goals file; re-run to resume.")(batch.command)
 
 def main() -> None:
     """The `polyloop` console script (and `python -m polyloop`)."""

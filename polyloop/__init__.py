@@ -10,6 +10,9 @@ record one indivisible act.
 """
 
 from ._agent import Agent, RunResult, default_directory
+from ._batch import BatchInterrupted, run_batch
+from ._batch_plan import BatchError
+from ._batch_report import BatchProgress, BatchReport, BatchRun
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     CorruptLogError,
@@ -55,6 +58,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "BatchError",
+    "BatchInterrupted",
+    "BatchProgress",
+    "BatchReport",
+    "BatchRun",
     "CorruptLogError",
     "Execution",
     "FileVerdict",
@@ -109,6 +117,7 @@ __all__ = [
     "mark_resolved",
     "new_run_id",
     "resume_run",
+    "run_batch",
     "run_target",
     "tool",
     "verify_file",

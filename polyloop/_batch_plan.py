@@ -1,0 +1,330 @@
+"""Planning a batch: reading its goals, naming its runs, and the manifest that spots a changed file.
+
+The rules a reader of docs/how-to/run-a-thousand-rollouts.md relies on:
+
+* A goals file is JSONL when its first non-blank line starts with `{`; otherwise
+  every non-blank line is one goal (surrounding whitespace stripped).
+* A JSONL line is an object with a string `goal`, an optional `run_id` and an
+  optional `inputs`; other keys are ignored. Blank lines are skipped in both forms,
+  and line numbers are the file's own (1-based, blank lines counted).
+* A line without a `run_id` runs as `NAME-LLLLL`: the batch name and the line
+  number, zero-padded to five digits.
+* The manifest `DIR/.batch-NAME.json` records, per run id, the line and a hash
+  of what that line asked for the first time the batch saw it; it is only ever
+  added to, so a changed or removed line is reported on every later invocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import inspect
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._agent import Agent
+from ._errors import InvalidRunIdError, PolyLoopError
+from ._ids import check_run_id
+
+MANIFEST_VERSION = 1
+MAX_NAME_LENGTH = 150  # leaves room for `-LLLLL` within the 200 characters of a run id
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class BatchError(PolyLoopError, ValueError):
+    """A batch cannot start: its goals cannot be read, its name is unsafe, or it is already running.
+
+    Differs from a bad line (reported per line while the rest of the batch
+    runs): nothing has run when this is raised.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    """One line of a goals file, as planned.
+
+    `run_id` is None only when the line names an unsafe run id; `error` says
+    why the line will not run (a bad line, or one that changed since the
+    batch first saw it).
+    """
+
+    line: int
+    run_id: str | None
+    goal: str | None = None
+    inputs: Any = None
+    digest: str | None = None
+    error: str | None = None
+    changed: bool = False
+
+
+def default_name(goals: str | os.PathLike[str]) -> str:
+    """The batch name a goals file gets by default: its stem, made a safe run id prefix."""
+    stem = _UNSAFE.sub("-", Path(goals).stem).lstrip(".-")[:MAX_NAME_LENGTH].rstrip(".-")
+    return stem or "batch"
+
+
+def check_name(name: str) -> str:
+    """`name` if it can prefix run ids and name the manifest, else `BatchError`."""
+    try:
+        check_run_id(name)
+    except InvalidRunIdError:
+        raise BatchError(
+            f"invalid batch name {name!r}: use letters, digits, '.', '_' and '-' only, "
+            "not starting with '.'"
+        ) from None
+    if len(name) > MAX_NAME_LENGTH:
+        raise BatchError(f"the batch name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
+    return name
+
+
+def accepts_inputs() -> bool:
+    """Whether this version's `Agent.run` takes `inputs=` (checked when a batch plans)."""
+    return "inputs" in inspect.signature(Agent.run).parameters
+
+
+def read_goals(source: Any, *, name: str) -> list[BatchLine]:
+    """Plan every line of `source`: a path to a goals file, or its lines (str or mappings).
+
+    Raises:
+        BatchError: the file cannot be read (missing, a directory, unreadable).
+    """
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise BatchError(f"no goals file {path}") from None
+        except IsADirectoryError:
+            raise BatchError(f"{path} is a directory, not a goals file") from None
+        except OSError as exc:
+            raise BatchError(f"cannot read the goals file {path}: {exc.strerror}") from exc
+        raw: list[Any] = data.split(b"\n")
+        if raw and raw[-1] == b"":
+            raw.pop()
+    elif isinstance(source, Iterable):
+        raw = list(source)
+    else:
+        raise TypeError(f"goals must be a path or an iterable of lines, not {type(source).__name__}")
+    jsonl = _is_jsonl(raw)
+    inputs_ok = accepts_inputs()
+    lines: list[BatchLine] = []
+    seen: dict[str, int] = {}
+    for number, item in enumerate(raw, start=1):
+        planned = _plan_line(number, item, name=name, jsonl=jsonl, inputs_ok=inputs_ok)
+        if planned is None:
+            continue
+        if planned.run_id is not None and planned.error is None:
+            first = seen.setdefault(planned.run_id, number)
+            if first != number:
+                planned = replace(planned, error=f"run id {planned.run_id!r} is already used by line {first}")
+        lines.append(planned)
+    return lines
+
+
+def _text(item: Any) -> str | None:
+    if isinstance(item, bytes):
+        try:
+            return item.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return item if isinstance(item, str) else None
+
+
+def _is_jsonl(raw: list[Any]) -> bool:
+    for item in raw:
+        if isinstance(item, Mapping):
+            return True
+        text = _text(item)
+        if text is None:
+            continue
+        text = text.strip().lstrip("\ufeff")
+        if text:
+            return text.startswith("{")
+    return False
+
+
+def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: bool) -> BatchLine | None:
+    default_id = f"{name}-{number:05d}"
+    text = None if isinstance(item, Mapping) else _text(item)
+    if text is not None and not text.strip().lstrip("\ufeff"):
+        return None  # blank lines are skipped, but keep their number
+    if not isinstance(item, Mapping) and text is None:
+        return BatchLine(number, default_id, error="the line is not UTF-8 text")
+    if not jsonl:
+        assert text is not None
+        goal = text.strip().lstrip("\ufeff")
+        return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None))
+    if isinstance(item, Mapping):
+        obj: Any = item
+    else:
+        try:
+            obj = orjson.loads(text.lstrip("\ufeff"))  # type: ignore[union-attr]  (a BOM some editors write)
+        except orjson.JSONDecodeError as exc:
+            return BatchLine(number, default_id, error=f"the line is not JSON ({exc})")
+    if not isinstance(obj, Mapping):
+        return BatchLine(number, default_id, error=f"the line is {_json_kind(obj)}, not a JSON object")
+    run_id = obj.get("run_id", default_id)
+    try:
+        run_id = check_run_id(run_id)
+    except InvalidRunIdError as exc:
+        return BatchLine(number, None, error=str(exc))
+    goal = obj.get("goal")
+    if not isinstance(goal, str):
+        what = "has no" if goal is None else f"has {_json_kind(goal)} as its"
+        return BatchLine(number, run_id, error=f'the line {what} "goal" (a string is required)')
+    inputs = obj.get("inputs")
+    if "inputs" in obj and not inputs_ok:
+        return BatchLine(
+            number,
+            run_id,
+            goal=goal,
+            error='"inputs" is not supported yet by this version of polyloop '
+            "(Agent.run takes no inputs); remove it from the line, or put what the run needs in its goal",
+        )
+    return BatchLine(number, run_id, goal=goal, inputs=inputs, digest=goal_digest(goal, inputs))
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    return "a string" if isinstance(value, str) else "an object"
+
+
+def goal_digest(goal: str, inputs: Any) -> str:
+    """A stable hash of what a line asks for (its goal and inputs)."""
+    doc = {"goal": goal} if inputs is None else {"goal": goal, "inputs": inputs}
+    try:
+        data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        data = repr(doc).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- the manifest --------------------------------------------------------------
+
+
+def manifest_path(directory: Path, name: str) -> Path:
+    return directory / f".batch-{name}.json"
+
+
+def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """The manifest's runs (`run_id -> {"line", "digest"}`); empty when there is none yet."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise BatchError(
+            f"the batch manifest {path} cannot be read ({exc}); it is written atomically, so "
+            "something else changed it: restore it, or give the batch a new --name"
+        ) from exc
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION or not isinstance(runs, dict):
+        raise BatchError(f"the batch manifest {path} is not a version {MANIFEST_VERSION} manifest")
+    return runs
+
+
+def reconcile(
+    lines: list[BatchLine], recorded: dict[str, dict[str, Any]]
+) -> tuple[list[BatchLine], list[BatchLine], dict[str, dict[str, Any]]]:
+    """Compare the lines with the manifest.
+
+    Returns:
+        The lines (a line whose run id was recorded for something else gets an
+        error), the recorded runs no line names any more (as error lines), and
+        the manifest to write: the recorded runs plus the new ones, never a
+        recorded entry rewritten.
+    """
+    updated = dict(recorded)
+    out = []
+    named = set()
+    for line in lines:
+        if line.run_id is not None:
+            named.add(line.run_id)
+        entry = recorded.get(line.run_id) if line.run_id is not None else None
+        if line.error is None and entry is not None and entry.get("digest") != line.digest:
+            was = entry.get("line")
+            line = replace(
+                line,
+                changed=True,
+                error=f"the goals file changed: run {line.run_id} was planned for another goal "
+                f"(then on line {was}); restore the line, or give the batch a new --name",
+            )
+        elif line.error is None and line.run_id is not None and entry is None:
+            updated[line.run_id] = {"line": line.line, "digest": line.digest}
+        out.append(line)
+    removed = [
+        BatchLine(
+            int(entry.get("line") or 0),
+            run_id,
+            changed=True,
+            error=f"the goals file changed: line {entry.get('line')} (run {run_id}) is gone; "
+            "restore it, or give the batch a new --name",
+        )
+        for run_id, entry in recorded.items()
+        if run_id not in named
+    ]
+    return out, removed, updated
+
+
+def save_manifest(path: Path, *, name: str, target: str, runs: dict[str, dict[str, Any]]) -> None:
+    """Write the manifest atomically: a temp file, fsync, rename, fsync of the directory."""
+    doc = {"version": MANIFEST_VERSION, "name": name, "target": target, "runs": runs}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise BatchError(f"cannot write the batch manifest {path}: {exc.strerror or exc}") from exc
+
+
+@contextlib.contextmanager
+def batch_lock(directory: Path, name: str) -> Iterator[None]:
+    """Keep a batch to one live invocation (an flock the OS releases if the holder dies).
+
+    The file is `.batch-NAME.held`, never `*.lock`, so it cannot be the lock of a run id.
+    """
+    path = directory / f".batch-{name}.held"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BatchError(f"cannot create {path}: {exc.strerror}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 100, 0).decode("utf-8", "replace").strip() or "another process"
+            raise BatchError(
+                f"batch {name} is already running in {directory} ({holder}); wait for it to end"
+            ) from None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)

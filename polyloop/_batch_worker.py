@@ -1,0 +1,271 @@
+"""A batch worker process: up to `concurrency` runs of one agent on its own event loop.
+
+Started by `run_batch` as `python -m polyloop._batch_worker FD PARENT_PID`,
+where FD is its end of a socket pair. It receives the settings, then `run`
+and `stop` messages; it sends `ready`, `steps` (completed steps, summed every
+few tenths of a second), `done` (one `BatchRun` per run) and `fatal`.
+
+It dies with its parent (SIGKILL on Linux, else when the socket closes): a
+run whose process died holds no lock, so the next invocation resumes it by
+the rules that follow any crash. It ignores SIGINT: on Ctrl-C the parent
+sends `stop`, and the worker cancels its runs, which leaves each resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ._agent import Agent, RunResult
+from ._batch_report import BatchRun, Status
+from ._errors import (
+    CorruptLogError,
+    NeedsOperatorError,
+    PolyLoopError,
+    RunActiveError,
+    RunMismatchError,
+    RunNotFoundError,
+)
+from ._inspect import inspect_run
+from ._target import load_target
+from .stores import JsonlStore
+
+STEPS_EVERY = 0.2
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    fd, parent = int(args[0]), int(args[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+    conn = Connection(fd)
+    try:
+        settings = conn.recv()
+    except (EOFError, OSError):  # the parent died before it said what to run
+        os._exit(1)
+    sys.path[:] = settings["sys_path"]
+    try:
+        agent = load_target(settings["target"])
+    except Exception as exc:  # the parent loaded it; say why this process could not
+        conn.send(("fatal", f"{type(exc).__name__}: {exc}" if not isinstance(exc, PolyLoopError) else str(exc)))
+        os._exit(2)
+    conn.send(("ready", os.getpid()))
+    worker = _Worker(conn, agent, JsonlStore(settings["directory"]), settings["target"], settings["wait_active"])
+    # Not asyncio.run: its shutdown waits for the threads of sync tools, and a stop
+    # must not wait for them; whatever they were doing is, for the log, a crash like any other.
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(worker.serve())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+class _Counting:
+    """The store, counting completed steps per run (progress is read off the log writes)."""
+
+    def __init__(self, store: JsonlStore) -> None:
+        self._store = store
+        self.steps: dict[str, int] = {}
+        self.unsent = 0
+
+    async def write_step_completed(self, run_id: str, record: Any) -> None:
+        await self._store.write_step_completed(run_id, record)
+        self.steps[run_id] = self.steps.get(run_id, 0) + 1
+        self.unsent += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class _Worker:
+    def __init__(self, conn: Connection, agent: Agent, store: JsonlStore, target: str, wait_active: float) -> None:
+        self.conn = conn
+        self.agent = agent
+        self.store = store
+        self.counting = _Counting(store)
+        self.target = target
+        # A run held by another process is tried again for this long: the holder may
+        # be the worker of a batch that was just killed, still letting go of its runs.
+        self.wait_active = wait_active
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stopping: asyncio.Event
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        loop.add_reader(self.conn.fileno(), self._readable)
+        ticker = asyncio.create_task(self._tick())
+        try:
+            await self.stopping.wait()
+        finally:
+            loop.remove_reader(self.conn.fileno())
+            for task in (*self.tasks, ticker):
+                task.cancel()
+            await asyncio.gather(*self.tasks, ticker, return_exceptions=True)
+            self._send_steps()
+
+    def _readable(self) -> None:
+        try:
+            while self.conn.poll():
+                message = self.conn.recv()
+                if message[0] == "run":
+                    task = asyncio.get_running_loop().create_task(self._one(*message[1:]))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+                elif message[0] == "stop":
+                    self.stopping.set()
+                    return
+        except (EOFError, OSError):  # the parent is gone
+            self.stopping.set()
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self.conn.send(message)
+        except OSError:  # the parent is gone
+            self.stopping.set()
+
+    def _send_steps(self) -> None:
+        if self.counting.unsent:
+            n, self.counting.unsent = self.counting.unsent, 0
+            self._send(("steps", n))
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(STEPS_EVERY)
+            self._send_steps()
+
+    async def _one(self, key: int, line: int, run_id: str, goal: str, inputs: Any) -> None:
+        deadline = time.monotonic() + self.wait_active
+        pause = 0.05
+        while True:
+            try:
+                entry = await self._attempt(line, run_id, goal, inputs)
+                break
+            except RunActiveError as exc:
+                if time.monotonic() >= deadline:
+                    entry = BatchRun(run_id, line, "active", 0, str(exc), "none")
+                    break
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            except Exception as exc:  # e.g. the log cannot be read: this run fails, the batch goes on
+                reason = str(exc) if isinstance(exc, PolyLoopError) else f"{type(exc).__name__}: {exc}"
+                entry = BatchRun(run_id, line, "failed", 0, reason, "none")
+                break
+        self._send_steps()
+        self._send(("done", key, entry))
+
+    async def _attempt(self, line: int, run_id: str, goal: str, inputs: Any) -> BatchRun:
+        def entry(status: Status, reason: str, action: str, steps: int = 0, waiting: Any = ()) -> BatchRun:
+            return BatchRun(run_id, line, status, steps, reason, action, tuple(waiting))
+
+        action = "started"
+        before = 0
+        try:
+            report = await inspect_run(self.store, run_id)
+        except RunNotFoundError:
+            report = None
+        if report is not None:
+            # Read through the `inspect --json` document: that is the contract a
+            # report keeps (docs/reference/json.md), whatever the classes behind it.
+            action = "resumed"
+            doc = report.to_json()
+            status = doc["status"]
+            if status == "corrupt":
+                return entry("corrupt", doc["reason"], "none")
+            if status == "active":
+                raise RunActiveError(run_id, doc.get("holder"))
+            before = int(doc.get("steps") or 0)
+            if doc.get("goal") != goal:
+                return entry("changed", _mismatch(run_id, "goal"), "none", before)
+            if doc.get("target") != self.target:
+                return entry("changed", _mismatch(run_id, "target", doc.get("target")), "none", before)
+            if status == "finished":
+                error = getattr(getattr(report.recovery, "finished", None), "error", None)
+                result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
+                return _finished(run_id, line, result, "skipped")
+            if status == "needs_operator":
+                waiting = _waiting_of(doc)
+                return entry("needs_operator", _unknown(waiting), "skipped", before, waiting)
+        extra = {"inputs": inputs} if inputs is not None else {}
+        try:
+            result = await self.agent.run(
+                goal, run_id=run_id, store=self.counting, target=self.target, **extra  # type: ignore[arg-type]
+            )
+        except NeedsOperatorError as exc:
+            steps = before + self.counting.steps.get(run_id, 0)
+            waiting = _waiting(exc.executions)
+            return entry("needs_operator", _unknown(waiting), action, steps, waiting)
+        except CorruptLogError as exc:
+            return entry("corrupt", str(exc), "none", before)
+        except RunActiveError:
+            raise
+        except RunMismatchError as exc:
+            return entry("changed", str(exc), "none", before)
+        except PolyLoopError as exc:
+            return entry("failed", str(exc), action, before + self.counting.steps.get(run_id, 0))
+        except Exception as exc:  # a bug in the agent's code: this run fails, the batch goes on
+            steps = before + self.counting.steps.get(run_id, 0)
+            return entry("failed", f"{type(exc).__name__}: {exc}", action, steps)
+        return _finished(run_id, line, result, action)
+
+
+def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRun:
+    if result.reason == "error":
+        return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}", action)
+    return BatchRun(run_id, line, "finished", result.steps, result.reason, action)
+
+
+def _mismatch(run_id: str, field: str, recorded: str | None = None) -> str:
+    if field == "goal":
+        return (
+            f"run {run_id} exists with another goal (the line changed since the run started, "
+            "or the id belongs to another run); restore the line, or give it another run id or "
+            "the batch a new --name"
+        )
+    return (
+        f"run {run_id} was started by the agent target {recorded or '(none)'}, not this batch's; "
+        "run the batch with that target, or give it a new --name"
+    )
+
+
+def _waiting(executions: Any) -> list[dict[str, Any]]:
+    return [
+        {"id": e.result_id, "kind": "unknown", "tool": e.tool, "args": e.args, "step": e.step}
+        for e in executions
+    ]
+
+
+def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a person must settle, from an `inspect --json` document."""
+    if doc.get("waiting"):
+        return [dict(w) for w in doc["waiting"]]
+    return [  # documents without a `waiting` list: the open unknown `never` actions
+        {"id": e["id"], "kind": "unknown", "tool": e.get("tool"), "args": e.get("args"), "step": e.get("step")}
+        for e in doc.get("executions", ())
+        if e.get("kind") == "action" and e.get("state") == "unknown" and e.get("replay") == "never"
+        and "resolution" not in e
+    ]
+
+
+def _unknown(waiting: list[dict[str, Any]]) -> str:
+    what = ", ".join(f"{w.get('tool')} ({w.get('id')})" for w in waiting) or "an action"
+    return f"the outcome of {what} is unknown and its tool is not safe to replay: an operator must settle it"
+
+
+if __name__ == "__main__":
+    main()

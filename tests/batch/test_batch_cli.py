@@ -1,0 +1,258 @@
+"""`polyloop batch` as a user runs it: output, exit codes, re-running as the resume, changed and bad lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import signal
+import subprocess
+import time
+
+import pytest
+from batch_helpers import World, kill_group, polyloop, target
+
+from polyloop import BatchReport, JsonlStore, run_batch
+
+
+@pytest.fixture
+def world(tmp_path) -> World:
+    return World(tmp_path)
+
+
+def test_every_line_runs_and_the_same_command_again_skips_them(world):
+    goals = world.goals(["first goal", "", "second goal", "third goal"])
+    done = world.batch("quick", goals, "--processes", "2")
+    assert done.code == 0, done
+    assert "finished           3" in done.stdout and "done: every run finished" in done.stdout
+    assert sorted(p.name for p in world.runs.glob("*.jsonl")) == [
+        "goals-00001.jsonl", "goals-00003.jsonl", "goals-00004.jsonl"
+    ]
+    again = world.batch("quick", goals, "--json")
+    assert again.code == 0, again
+    doc = json.loads(again.stdout)  # exactly one document: json.loads refuses trailing text
+    assert doc["summary"] == {
+        "total": 3, "finished": 3, "needs_operator": 0, "failed": 0, "corrupt": 0,
+        "invalid": 0, "changed": 0, "active": 0, "interrupted": 0,
+    }
+    assert doc["name"] == "goals" and doc["processes"] == 1 and doc["concurrency"] == 16
+    assert doc["outcome"] == "finished" and doc["steps"] == 0
+    assert [(r["run_id"], r["line"], r["status"], r["steps"], r["action"]) for r in doc["runs"]] == [
+        ("goals-00001", 1, "finished", 2, "skipped"),
+        ("goals-00003", 3, "finished", 2, "skipped"),
+        ("goals-00004", 4, "finished", 2, "skipped"),
+    ]
+    assert set(doc["runs"][0]) >= {"run_id", "line", "status", "steps", "reason"}
+
+
+def test_bad_lines_are_reported_per_line_and_the_rest_runs(world):
+    path = world.root / "evals.jsonl"
+    path.write_text(
+        '{"goal": "fine"}\n'
+        "not json at all\n"
+        '{"goal": "escape", "run_id": "../../etc/x"}\n'
+        '{"goal": "with inputs", "inputs": {"doc": "a.txt"}}\n'
+        '{"goal": "also fine", "run_id": "custom-id"}\n'
+    )
+    done = world.batch("quick", path)
+    assert done.code == 1, done
+    assert "line 2, evals-00002: the line is not JSON" in done.stdout
+    assert "line 3, (no run id): invalid run id '../../etc/x'" in done.stdout
+    assert 'line 4, evals-00004: "inputs" is not supported yet' in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    assert sorted(p.name for p in world.runs.glob("*.jsonl")) == ["custom-id.jsonl", "evals-00001.jsonl"]
+    assert not (world.root / "etc").exists()
+    doc = world.batch("quick", path, "--json").json()
+    assert [r["status"] for r in doc["runs"]] == ["finished", "invalid", "invalid", "invalid", "finished"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope.txt"], "no goals file nope.txt"),
+        (["goals.txt", "--name", "../x"], "invalid batch name"),
+        (["goals.txt", "--concurrency", "0"], "--concurrency"),
+        (["goals.txt", "--processes", "0"], "--processes"),
+    ],
+    ids=["missing-file", "bad-name", "zero-concurrency", "zero-processes"],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(world, args, message):
+    world.goals(["a"])
+    argv = [*polyloop(), "batch", target("quick"), *args, "--dir", str(world.runs)]
+    done = subprocess.run(argv, cwd=world.root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert not world.runs.exists() or not any(world.runs.glob("*.jsonl"))
+
+
+def test_a_bad_target_exits_2_before_anything_is_written(world):
+    goals = world.goals(["a"])
+    done = world.batch("no_such_agent", goals, "--json")
+    assert done.code == 2
+    assert done.json()["error"]["type"] == "TargetError"
+    assert not any(world.runs.glob("*.jsonl")) if world.runs.exists() else True
+
+
+def test_a_changed_goals_file_is_reported_per_line_and_never_mixed(world):
+    goals = world.goals(["alpha", "beta", "gamma"])
+    assert world.batch("quick", goals).code == 0
+    world.goals(["alpha", "BETA (edited)", "gamma", "delta"])
+    doc = world.batch("quick", goals, "--json").json()
+    by_line = {r["line"]: r for r in doc["runs"]}
+    assert by_line[2]["status"] == "changed" and "goals file changed" in by_line[2]["reason"]
+    assert [by_line[n]["status"] for n in (1, 3, 4)] == ["finished", "finished", "finished"]
+    assert by_line[4]["action"] == "started"
+    assert doc["outcome"] == "failed"
+    # The run of line 2 still holds the goal it started with.
+    first = json.loads((world.runs / "goals-00002.jsonl").read_text().splitlines()[0])
+    assert first["goal"] == "beta"
+
+    world.goals(["alpha", "beta"])  # restore line 2; lines 3 and 4 are gone
+    done = world.batch("quick", goals)
+    assert done.code == 1
+    assert "line 3, goals-00003: the goals file changed: line 3 (run goals-00003) is gone" in done.stdout
+    world.goals(["alpha", "beta", "gamma", "delta"])
+    assert world.batch("quick", goals).code == 0
+
+
+def test_a_log_with_another_goal_is_changed_even_without_a_manifest(world):
+    goals = world.goals(["alpha"])
+    assert world.batch("quick", goals).code == 0
+    (world.runs / ".batch-goals.json").unlink()
+    world.goals(["omega"])
+    doc = world.batch("quick", goals, "--json").json()
+    assert doc["runs"][0]["status"] == "changed"
+    assert "exists with another goal" in doc["runs"][0]["reason"]
+
+
+def test_a_failed_run_exits_1_and_is_listed(world):
+    goals = world.goals(["x"])
+    done = world.batch("broken", goals)
+    assert done.code == 1
+    assert "line 1, goals-00001: the run ended in an error" in done.stdout
+    assert "then: run the same command again" in done.stdout
+
+
+def test_a_worker_killed_after_a_never_action_parks_the_run_with_its_settle_commands(world):
+    goals = world.goals(["one", "two", "three"])
+    done = world.batch("stamper", goals, "--processes", "1", "--concurrency", "1", BATCH_KILL_ONCE=str(world.root / "killed"))
+    assert done.code == 3, done
+    assert "1 worker restart" in done.stdout
+    lines = done.stdout.splitlines()
+    commands = [line.strip().split("  #")[0] for line in lines if line.strip().startswith("polyloop mark-resolved")]
+    assert len(commands) == 2, done.stdout
+    executed = commands[0]
+    assert executed.endswith(f"--executed --dir {shlex.quote(str(world.runs))}")
+    # The killed worker's other runs were resumed by a new worker and finished.
+    doc = world.batch("stamper", goals, "--json").json()
+    assert doc["summary"]["finished"] == 2 and doc["summary"]["needs_operator"] == 1
+    parked = next(r for r in doc["runs"] if r["status"] == "needs_operator")
+    assert parked["action"] == "skipped" and parked["waiting"][0]["tool"] == "stamp"
+    assert parked["next"][0] == executed  # the JSON carries the same commands
+    assert doc["next"].startswith("polyloop batch ")
+    # The effect happened (the world says so): settle it with the printed command, re-run.
+    settle = subprocess.run([*polyloop(), *shlex.split(executed)[1:]], cwd=world.root, capture_output=True, text=True, timeout=60)
+    assert settle.returncode == 0, settle
+    final = world.batch("stamper", goals, "--json")
+    assert final.code == 0, final
+    stamps = [(e["run_id"], e["step"]) for e in world.effects()]
+    assert len(stamps) == len(set(stamps)) == 6
+
+
+def test_a_run_that_keeps_killing_its_worker_fails_after_three_deaths(world):
+    report = run_batch(target("killer"), ["doomed"], name="k", directory=world.runs, processes=1, concurrency=1)
+    assert report.runs[0].status == "failed" and report.restarts == 3
+    assert "its worker process died 3 times" in report.runs[0].reason
+    assert "killed by signal 9" in report.runs[0].reason
+    assert (world.runs / "k-00001.jsonl").exists()  # it stays resumable, like any crashed run
+
+
+def test_a_second_invocation_of_a_running_batch_exits_2_and_runs_nothing(world):
+    from polyloop._batch_plan import batch_lock
+
+    goals = world.goals(["a"])
+    world.runs.mkdir()
+    with batch_lock(world.runs, "goals"):
+        done = world.batch("quick", goals)
+    assert done.code == 2, done
+    assert "batch goals is already running" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not any(world.runs.glob("*.jsonl"))
+
+
+def test_a_run_held_elsewhere_is_reported_active(world):
+    store = JsonlStore(world.runs)
+
+    async def hold() -> BatchReport:
+        async with store.lock("held-00001"):
+            return await asyncio.to_thread(
+                run_batch, target("quick"), ["a", "b"], name="held", directory=world.runs,
+                processes=1, wait_active=0.2,
+            )
+
+    report = asyncio.run(hold())
+    assert [r.status for r in report.runs] == ["active", "finished"]
+    assert "is active" in report.runs[0].reason and report.outcome == "failed"
+
+
+def test_ctrl_c_exits_130_leaves_everything_resumable_and_a_rerun_completes(world):
+    run_ids = [f"goals-{n:05d}" for n in range(1, 9)]
+    goals = world.goals([f"goal {n}" for n in range(1, 9)])
+    proc = world.spawn("stamper", goals, "--json", "--processes", "2", "--concurrency", "2", BATCH_SLOW="0.3")
+    try:
+        deadline = time.monotonic() + 60
+        while not world.effects():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        kill_group(proc, signal.SIGINT)  # Ctrl-C reaches the whole process group
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["outcome"] == "interrupted"
+    assert doc["summary"]["interrupted"] >= 1
+    assert "Traceback" not in err
+    for _ in range(5):
+        done = world.batch("stamper", goals, "--json", BATCH_SLOW="0")
+        if done.code != 3:
+            break
+        world.settle()
+    assert done.code == 0, done
+    from batch_helpers import check_oracle
+
+    check_oracle(world, done.json(), run_ids)
+
+
+def test_ctrl_c_stops_a_batch_whose_tool_blocks_its_thread_and_a_rerun_completes(world):
+    goals = world.goals(["a", "b"])
+    started = world.root / "started"
+    proc = world.spawn("sleeper", goals, "--json", BATCH_STARTED=str(started))
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        kill_group(proc, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130, err
+    assert json.loads(out)["outcome"] == "interrupted"
+    assert "stopping:" in err and "Traceback" not in err
+    done = world.batch("sleeper", goals, "--json", BATCH_BLOCK="0")
+    assert done.code == 0, done
+    assert [r["status"] for r in done.json()["runs"]] == ["finished", "finished"]
+
+
+def test_the_python_api_is_what_the_command_calls(world):
+    seen = []
+    report = run_batch(target("quick"), ["a", "b", "c"], name="api", directory=world.runs,
+                       processes=1, concurrency=2, progress=seen.append)
+    assert report.outcome == "finished" and report.counts["finished"] == 3
+    assert [r.run_id for r in report.runs] == ["api-00001", "api-00002", "api-00003"]
+    assert report.steps == 6
+    assert seen[-1].done == 3 and seen[-1].total == 3 and seen[-1].eta == 0.0
+    assert json.loads(json.dumps(report.to_json()))["summary"]["total"] == 3
+    again = run_batch(target("quick"), ["a", "b", "c"], name="api", directory=world.runs)
+    assert {r.action for r in again.runs} == {"skipped"} and again.steps == 0

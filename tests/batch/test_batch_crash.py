@@ -1,0 +1,117 @@
+"""A batch killed with SIGKILL at random points — the parent, or one worker — and re-run until done.
+
+Every run of `stamper` does two `never` actions, each leaving one fsync'd line in
+the world's effects file. After the kills, the re-runs and the settlements (made
+from the effects file, the world's truth, never from the log), the oracle holds:
+every line finished and appears once in the summary; every `never` action of
+every run left one line in the effects file — none twice, none lost; every log verifies.
+
+`BATCH_CRASH_ROUNDS` raises the number of kills (default: a few, to keep the
+default suite fast); the seed of each test is printed on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from batch_helpers import World, check_oracle, kill_group
+
+LINES = 24
+ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 4)
+
+
+@pytest.fixture
+def world(tmp_path) -> World:
+    return World(tmp_path)
+
+
+def _finish(world: World, goals: Path, run_ids: list[str], reliability) -> None:
+    """Re-run (settling parked runs from the effects file) until the batch exits 0; check the oracle."""
+    for _ in range(10):
+        done = world.batch("stamper", goals, "--json", "--processes", "2", BATCH_SLOW="0")
+        assert done.code in (0, 3), done
+        if done.code == 0:
+            break
+        reliability.add("batch: settled from the effects file", world.settle())
+    assert done.code == 0, done
+    reliability.add("batch: completions checked")
+    check_oracle(world, done.json(), run_ids)
+
+
+def test_the_parent_killed_at_random_points_then_rerun_until_done(world, reliability):
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    goals = world.goals([f"goal {n}" for n in range(1, LINES + 1)])
+    run_ids = [f"goals-{n:05d}" for n in range(1, LINES + 1)]
+    kills = 0
+    for _ in range(ROUNDS):
+        proc = world.spawn("stamper", goals, "--json", "--processes", "2", "--concurrency", "4",
+                           BATCH_SLOW="0.02")
+        try:
+            time.sleep(rng.uniform(0.2, 1.2))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)  # the parent only: its workers must die with it
+                kills += 1
+            proc.communicate(timeout=60)
+        finally:
+            kill_group(proc)
+        if proc.returncode == 3:
+            reliability.add("batch: settled from the effects file", world.settle())
+    reliability.add("batch: parent SIGKILLs", kills)
+    assert kills, f"seed {seed}: the batch always ended before the kill; nothing was tested"
+    _finish(world, goals, run_ids, reliability)
+
+
+def test_one_worker_killed_at_random_points_is_replaced_and_its_runs_resumed(world, reliability):
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    pids = world.root / "pids"
+    goals = world.goals([f"goal {n}" for n in range(1, LINES + 1)])
+    run_ids = [f"goals-{n:05d}" for n in range(1, LINES + 1)]
+    proc = world.spawn("stamper", goals, "--json", "--processes", "2", "--concurrency", "3",
+                       BATCH_SLOW="0.05", BATCH_PIDS=str(pids))
+    killed: set[int] = set()
+    try:
+        for _ in range(ROUNDS):
+            live = _workers(pids, proc.pid, killed)
+            deadline = time.monotonic() + 30
+            while not live and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)  # the replacement of the last victim is still starting
+                live = _workers(pids, proc.pid, killed)
+            time.sleep(rng.uniform(0.05, 0.4))
+            live = [pid for pid in live if _alive(pid)]
+            if proc.poll() is not None or not live:
+                break
+            victim = rng.choice(live)
+            os.kill(victim, signal.SIGKILL)
+            killed.add(victim)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert killed, f"seed {seed}: no worker was killed"
+    assert proc.returncode in (0, 3), f"seed {seed}: {err}"
+    reliability.add("batch: worker SIGKILLs", len(killed))
+    doc = json.loads(out)
+    assert doc["restarts"] >= 1 or doc["outcome"] == "finished", doc
+    if proc.returncode == 3:
+        reliability.add("batch: settled from the effects file", world.settle())
+    _finish(world, goals, run_ids, reliability)
+
+
+def _workers(pids: Path, parent: int, killed: set[int]) -> list[int]:
+    found = (int(p.name) for p in pids.glob("*")) if pids.exists() else iter(())
+    return sorted(pid for pid in found if pid != parent and pid not in killed and _alive(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
