@@ -65,6 +65,9 @@ class Connections:
         self.url = url
         self.where = describe_url(url)
         options = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        with contextlib.suppress(psycopg.ProgrammingError):  # a bad URL fails at connect, clearly
+            # The URL's own options (a search_path, ...) come first; ours are added.
+            options = f"{conninfo_to_dict(url).get('options') or ''} {options}".strip()
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
             "options": options,
@@ -82,7 +85,7 @@ class Connections:
         """A new connection with the session settings, outside the pool (the caller closes it)."""
         try:
             return await psycopg.AsyncConnection.connect(self.url, **self._kwargs)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {first_line(exc)}") from exc
 
     @contextlib.asynccontextmanager
