@@ -163,6 +163,9 @@ class Worker:
                 lease = await self.store.claim(run_id, queued_only=True)
             except RunActiveError:
                 continue  # another worker was faster
+            except StoreError as exc:  # e.g. a lock timeout behind a frozen client: try the next
+                self.on_event(WorkerEvent("error", run_id, detail=str(exc)))
+                continue
             task = asyncio.create_task(self._drive(lease), name=f"polyloop-run-{run_id}")
             self._running[task] = lease
             claimed += 1
