@@ -11,6 +11,7 @@ shows the whole workflow.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from ._target import canonical_target, load_target
 if TYPE_CHECKING:
     from .stores._pg_lease import Lease
     from .stores._postgres import PostgresStore
+
+_EXTRA_CANDIDATES = 4
 
 
 async def submit(
@@ -115,6 +118,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._now = asyncio.Event()
         self._running: dict[asyncio.Task[None], Lease] = {}
+        self._backoff: dict[str, float] = {}  # run id -> when to try it again
 
     def stop(self, *, now: bool = False) -> None:
         """Stop claiming; let held runs go at their next call (`now`: cancel them)."""
@@ -153,19 +157,24 @@ class Worker:
         if room <= 0:
             return 0
         claimed = 0
-        held = {lease.run_id for lease in self._running.values()}
-        for run_id in await self.store.claimable(room + len(held)):
+        now = time.monotonic()
+        skip = {lease.run_id for lease in self._running.values()}
+        skip.update(run_id for run_id, until in self._backoff.items() if until > now)
+        # Look past the runs to skip, and a few more in case others are faster.
+        for run_id in await self.store.claimable(room + len(skip) + _EXTRA_CANDIDATES):
             if claimed >= room or self._stop.is_set():
                 break
-            if run_id in held:
+            if run_id in skip:
                 continue
             try:
                 lease = await self.store.claim(run_id, queued_only=True)
             except RunActiveError:
                 continue  # another worker was faster
-            except StoreError as exc:  # e.g. a lock timeout behind a frozen client: try the next
+            except StoreError as exc:  # e.g. a lock timeout behind a frozen client: try the others
                 self.on_event(WorkerEvent("error", run_id, detail=str(exc)))
+                self._backoff[run_id] = time.monotonic() + self.store.lease
                 continue
+            self._backoff.pop(run_id, None)
             task = asyncio.create_task(self._drive(lease), name=f"polyloop-run-{run_id}")
             self._running[task] = lease
             claimed += 1

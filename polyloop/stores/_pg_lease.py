@@ -133,14 +133,22 @@ class Lease:
         return self
 
     async def __aexit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        renewer = self._renewer
+        if renewer is not None and not renewer.done():
+            renewer.cancel()
+            if self.lost is None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewer
+            else:
+                # A renewal stuck on a dead network can take the driver's
+                # cancellation timeouts (seconds) to unwind: do not wait for it.
+                self._store._strays.add(renewer)
+                renewer.add_done_callback(self._store._strays.discard)
         if self._store._leases.get(self.run_id) is self:
             del self._store._leases[self.run_id]
-        with contextlib.suppress(StoreError):  # unreleased, the lease lapses by itself
-            await self._store._release(self, self._outcome)
+        if self.lost is None:  # a lost lease is gone already; releasing it could only hang
+            with contextlib.suppress(StoreError):  # unreleased, the lease lapses by itself
+                await self._store._release(self, self._outcome)
         if kind is asyncio.CancelledError and self._cancelled and self._task is not None:
             # Our own cancellation (the lease was lost) becomes a clear error,
             # unless someone else cancelled the task as well.

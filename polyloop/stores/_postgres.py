@@ -11,6 +11,7 @@ interleave records of one run. docs/reference/stores.md is the reference.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -128,6 +129,7 @@ class PostgresStore:
         self._ready = False
         self._next: dict[str, int] = {}
         self._leases: dict[str, Lease] = {}
+        self._strays: set[asyncio.Task[None]] = set()  # renewals left to unwind after a loss
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._conns.where!r})"

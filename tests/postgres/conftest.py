@@ -30,7 +30,9 @@ def pg_url(tmp_path_factory) -> str:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    # pgserver asks platformdirs for a runtime directory, which warns without one.
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
     return server.get_uri()
 
 
