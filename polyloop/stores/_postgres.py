@@ -313,14 +313,28 @@ class PostgresStore:
         `parked` (needs an operator), `failed` (see `note`), `finished`, or
         `direct` (started outside the queue; workers leave it alone).
         """
+        return await self._queue_rows("", ())
+
+    async def _queue_rows(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         async with self._conn() as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(
                 "SELECT run_id, status, epoch, next_seq AS records, target, goal, note, "
                 "CASE WHEN lease_until > clock_timestamp() THEN holder END AS holder "
-                "FROM polyloop_runs ORDER BY created_at, run_id"
+                f"FROM polyloop_runs {where} ORDER BY created_at, run_id",
+                params,
             )
             return list(await cur.fetchall())
+
+    async def queue_row(self, run_id: str) -> dict[str, Any]:
+        """One run's entry of `queue()`.
+
+        Raises:
+            RunNotFoundError: the database does not know the run id.
+        """
+        for row in await self._queue_rows("WHERE run_id = %s", (check_run_id(run_id),)):
+            return row
+        raise RunNotFoundError(run_id, self.where)
 
     # -- leases ---------------------------------------------------------------
 
