@@ -62,7 +62,7 @@ class WorkerEvent:
     """One thing a worker did, for its log lines.
 
     Attributes:
-        event: `claim` (a queued run), `takeover` (a run whose holder's lease
+        event: `ready` (the first look at the queue worked), `claim` (a queued run), `takeover` (a run whose holder's lease
             lapsed), `finish`, `parked` (needs an operator), `failed` (see
             `detail`; an operator decides), `released` (the worker stopped
             before the run's next call; another worker continues it), `lost`
@@ -145,7 +145,10 @@ class Worker:
                         raise
                     self.on_event(WorkerEvent("error", None, detail=str(exc)))
                     claimed = 0
-                first = False
+                if first:
+                    first = False
+                    detail = f"{self.store.name}, {self.concurrency} at a time, lease {self.store.lease:g} s"
+                    self.on_event(WorkerEvent("ready", None, detail=detail))
                 if self.until_idle and not claimed and not self._running:
                     return
                 await self._wait(room=len(self._running) < self.concurrency)
