@@ -10,6 +10,8 @@ is a failure.
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -17,8 +19,7 @@ import pytest
 from pg_helpers import DEFAULT_URL, reachable
 
 
-@pytest.fixture(scope="session")
-def pg_url(tmp_path_factory) -> str:
+def _server_url(tmp_path_factory) -> str:
     url = os.environ.get("POLYLOOP_TEST_PG_URL", DEFAULT_URL)
     why = reachable(url)
     if why is None:
@@ -34,6 +35,23 @@ def pg_url(tmp_path_factory) -> str:
     os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
     server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
     return server.get_uri()
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory) -> Iterator[str]:
+    """A URL whose sessions use a schema of their own, dropped at the end of the test session.
+
+    The database may be shared: the tests' queued runs never meet anyone else's.
+    """
+    url = _server_url(tmp_path_factory)
+    schema = f"polyloop_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -98,7 +99,8 @@ def proxy(pg_url):
     upstream, info = _tcp_upstream(pg_url)
     p = Proxy(upstream)
     user = f"{info['user']}@" if info.get("user") else ""
-    yield p, f"postgresql://{user}127.0.0.1:{p.port}/{info.get('dbname', '')}"
+    options = f"?options={quote(info['options'])}" if info.get("options") else ""
+    yield p, f"postgresql://{user}127.0.0.1:{p.port}/{info.get('dbname', '')}{options}"
     p.close()
 
 
@@ -163,7 +165,11 @@ def throwaway_server(tmp_path_factory, monkeypatch):
     server = pgserver.get_server(tmp_path_factory.mktemp("throwaway"), cleanup_mode="delete")
 
     def restart() -> None:
-        pg_ctl(["-m", "immediate", "-w", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=60)
+        try:
+            pg_ctl(["-m", "immediate", "-w", "restart"], pgdata=server.pgdata, user=server.system_user, timeout=60)
+        except subprocess.CalledProcessError as exc:
+            log = (server.pgdata / "log").read_text(errors="replace")[-2000:]
+            raise AssertionError(f"pg_ctl restart failed ({exc}); the server's log ends:\n{log}") from exc
 
     yield server.get_uri(), restart
     server.cleanup()

@@ -207,7 +207,7 @@ async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_
     schema = f"pl_{uuid.uuid4().hex[:10]}"
     pg_conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        url = f"{pg_url}?options=-csearch_path%3D{schema}"
+        url = f"{pg_url.partition('?')[0]}?options=-csearch_path%3D{schema}"
         async with PostgresStore(url, create=False) as store:
             with pytest.raises(StoreError, match="no PolyLoop schema"):
                 await store.list_runs()
