@@ -28,7 +28,7 @@ StoreUrl = Annotated[
 ]
 
 
-def postgres_store(url: str | None, *, lease: float | None = None) -> PostgresStore:
+def postgres_store(url: str | None, *, lease: float | None = None, connections: int = 8) -> PostgresStore:
     """The PostgresStore `--store` (or $POLYLOOP_STORE) names; BadInput for anything else."""
     url = url or os.environ.get("POLYLOOP_STORE") or ""
     if not url:
@@ -37,7 +37,7 @@ def postgres_store(url: str | None, *, lease: float | None = None) -> PostgresSt
         raise BadInput(f"the queue needs a PostgreSQL store (postgresql://...), not {url!r}")
     store = open_store(url)  # a clear StoreError when the postgres extra is missing
     if lease is not None:
-        store = type(store)(url, lease=lease)
+        store = type(store)(url, lease=lease, max_connections=connections)
     return store  # type: ignore[return-value]
 
 

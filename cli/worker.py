@@ -82,7 +82,8 @@ def command(
       polyloop worker --store postgresql://postgres@127.0.0.1/test --concurrency 4
     """
     with failures(Scope(json=as_json)):
-        store = postgres_store(store_url, lease=lease)
+        # A connection per run at most, plus renewals and the queue's look.
+        store = postgres_store(store_url, lease=lease, connections=max(8, concurrency + 2))
         worker = Worker(store, concurrency=concurrency, poll=poll, on_event=_printer(as_json), until_idle=until_idle)
         asyncio.run(_work(worker))
 

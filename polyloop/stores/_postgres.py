@@ -16,8 +16,8 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -29,6 +29,9 @@ from ._jsonl import ParsedLog, parse_log
 from ._pg_conn import Connections, first_line, session_options
 from ._pg_lease import Lease, LeaseLostError
 from ._pg_schema import ensure_schema
+
+if TYPE_CHECKING:
+    from .._verify import VerifyReport
 
 _APPEND = "SELECT polyloop_append(%s, %s, %s, %s, %s::json, %s)"
 
@@ -305,6 +308,36 @@ class PostgresStore:
                 "SELECT run_id FROM polyloop_runs WHERE next_seq > 0 ORDER BY created_at, run_id"
             )
             return [row[0] for row in await cur.fetchall()]
+
+    async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        """Check every run's log in the database, as `verify_logs` checks a directory.
+
+        Each run becomes a `FileVerdict` whose `path` is `postgresql://<where>/<run_id>` and
+        whose problem lines are record positions (line N = `seq` N-1). A torn
+        tail cannot exist here. Nothing is modified.
+
+        Raises:
+            StoreError: the database cannot be reached or failed.
+        """
+        from .._classify import check
+        from .._verify import FileVerdict, VerifyReport
+
+        run_ids = await self.list_runs()
+        verdicts = []
+        for done, run_id in enumerate(run_ids, start=1):
+            path = f"postgresql://{self.where}/{run_id}"
+            try:
+                parsed = await self.read_parsed(run_id)
+            except RunNotFoundError:  # removed meanwhile
+                continue
+            problems = [(q.line, q.message) for q in parsed.problems]
+            if not problems:
+                _, found = check(parsed.records, run_id=run_id)
+                problems = [(q.line, q.message) for q in map(parsed.locate, found)]
+            verdicts.append(FileVerdict(path, run_id, "corrupt" if problems else "ok", tuple(problems)))
+            if progress:
+                progress(done, len(run_ids))
+        return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
 
     async def queue(self) -> list[dict[str, Any]]:
         """Every run the database knows with its queue status, lease and note, oldest first.

@@ -188,10 +188,10 @@ async def test_a_paused_process_finds_its_writes_refused(pg_url, pg_conn):
 
 async def test_a_held_lease_is_renewed(pg_url):
     run_id = fresh("renew")
-    async with PostgresStore(pg_url, lease=0.6) as store, PostgresStore(pg_url, lease=0.6) as other:
+    async with PostgresStore(pg_url, lease=1) as store, PostgresStore(pg_url, lease=1) as other:
         async with store.lock(run_id):
             await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
-            await asyncio.sleep(1.5)  # 2.5 leases
+            await asyncio.sleep(2.2)  # more than two leases
             await store.write_intent(run_id, MI)
             with pytest.raises(RunActiveError):
                 await other.claim(run_id)
@@ -254,3 +254,25 @@ def test_the_driver_error_class_is_not_leaked(pg_url):
     with pytest.raises(StoreError) as info:
         asyncio.run(main())
     assert isinstance(info.value.__cause__, psycopg.Error)
+
+
+async def test_verify_checks_every_run_in_the_database(store, pg_conn):
+    good = fresh("vgood")
+    await store.write_run_started(RunStarted(run_id=good, goal="g"))
+    await store.write_intent(good, MI)
+    bad = fresh("vbad")
+    await store.write_run_started(RunStarted(run_id=bad, goal="g"))
+    # A result without its intent: a log no correct writer produces.
+    pg_conn.execute("UPDATE polyloop_runs SET next_seq = 2 WHERE run_id = %s", (bad,))
+    pg_conn.execute(
+        "INSERT INTO polyloop_records (run_id, seq, epoch, kind, body) VALUES (%s, 1, 0, 'model_call_result', %s::json)",
+        (bad, encode_record(MR).decode().strip()),
+    )
+    seen = []
+    report = await store.verify(progress=lambda done, total: seen.append((done, total)))
+    verdicts = {v.run_id: v for v in report.files}
+    assert verdicts[good].status == "ok"
+    assert verdicts[bad].status == "corrupt" and verdicts[bad].problems[0][0] == 2
+    assert verdicts[bad].path.endswith(f"/{bad}")
+    assert seen[-1][0] == seen[-1][1] == len(report.files)
+    assert report.failed()
