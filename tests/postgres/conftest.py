@@ -12,18 +12,22 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 
-from pg_helpers import DEFAULT_URL, reachable
+from pg_helpers import DEFAULT_URL, reachable, with_search_path
 
 
-def _server_url(tmp_path_factory) -> str:
+def _server(tmp_path_factory) -> tuple[str, Any]:
+    """The server's URL, and the throwaway server to clean up (None for one already running)."""
     url = os.environ.get("POLYLOOP_TEST_PG_URL", DEFAULT_URL)
     why = reachable(url)
     if why is None:
-        return url
+        return url, None
+    # pgserver asks platformdirs for a runtime directory, which warns without one.
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
     try:
         import pgserver
     except ImportError:
@@ -31,10 +35,8 @@ def _server_url(tmp_path_factory) -> str:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    # pgserver asks platformdirs for a runtime directory, which warns without one.
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
     server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
-    return server.get_uri()
+    return server.get_uri(), server
 
 
 @pytest.fixture(scope="session")
@@ -43,15 +45,17 @@ def pg_url(tmp_path_factory) -> Iterator[str]:
 
     The database may be shared: the tests' queued runs never meet anyone else's.
     """
-    url = _server_url(tmp_path_factory)
+    url, server = _server(tmp_path_factory)
     schema = f"polyloop_test_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+        yield with_search_path(url, schema)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        if server is not None:
+            server.cleanup()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 
@@ -18,6 +19,14 @@ from polyloop import classify, mark_resolved
 from polyloop.stores import PostgresStore, submit
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """`url` whose sessions use `schema` (other query parameters, like a socket `host`, kept)."""
+    base, _, query = url.partition("?")
+    params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "options"]
+    params.append(("options", f"-csearch_path={schema}"))
+    return f"{base}?{urlencode(params, quote_via=quote)}"
 
 
 def reachable(url: str) -> str | None:

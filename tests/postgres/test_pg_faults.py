@@ -86,17 +86,23 @@ def test_a_client_frozen_in_a_transaction_is_reaped_and_others_proceed(pg_url, p
         check_invariants(pg_conn, run_id)
 
 
-def _tcp_upstream(url: str):
+def _upstream(url: str):
     info = conninfo_to_dict(url)
     host, port = info.get("host") or "127.0.0.1", int(info.get("port") or 5432)
-    if host.startswith("/"):
-        pytest.skip("the proxy tests need a TCP server")
+    if host.startswith("/"):  # a Unix socket directory (the pgserver fallback)
+
+        def connect() -> socket.socket:
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(f"{host}/.s.PGSQL.{port}")
+            return sock
+
+        return connect, info
     return lambda: socket.create_connection((host, port)), info
 
 
 @pytest.fixture
 def proxy(pg_url):
-    upstream, info = _tcp_upstream(pg_url)
+    upstream, info = _upstream(pg_url)
     p = Proxy(upstream)
     user = f"{info['user']}@" if info.get("user") else ""
     options = f"?options={quote(info['options'])}" if info.get("options") else ""

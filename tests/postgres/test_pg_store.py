@@ -26,6 +26,8 @@ from polyloop import (
 )
 from polyloop.stores import LeaseLostError, PostgresStore, open_store
 
+from pg_helpers import with_search_path
+
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
 MR = ModelCallResult(result_id="s1-m1", output={"text": "x", "tool_call": None})
 SC = StepCompleted(step=1, result_id=None, observation=None)
@@ -207,7 +209,7 @@ async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_
     schema = f"pl_{uuid.uuid4().hex[:10]}"
     pg_conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        url = f"{pg_url.partition('?')[0]}?options=-csearch_path%3D{schema}"
+        url = with_search_path(pg_url, schema)
         async with PostgresStore(url, create=False) as store:
             with pytest.raises(StoreError, match="no PolyLoop schema"):
                 await store.list_runs()
