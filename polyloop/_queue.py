@@ -161,8 +161,8 @@ class Worker:
             return 0
         claimed = 0
         now = time.monotonic()
-        skip = {lease.run_id for lease in self._running.values()}
-        skip.update(run_id for run_id, until in self._backoff.items() if until > now)
+        self._backoff = {run_id: until for run_id, until in self._backoff.items() if until > now}
+        skip = {lease.run_id for lease in self._running.values()} | set(self._backoff)
         # Look past the runs to skip, and a few more in case others are faster.
         for run_id in await self.store.claimable(room + len(skip) + _EXTRA_CANDIDATES):
             if claimed >= room or self._stop.is_set():
@@ -203,12 +203,14 @@ class Worker:
     async def _wind_down(self) -> None:
         for lease in self._running.values():
             lease.drain()
+        cancelled = False
         while self._running:
             now = asyncio.create_task(self._now.wait())
             try:
                 await asyncio.wait({now, *self._running}, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
-                self._now.set()  # the worker itself is cancelled: cancel the runs too
+                cancelled = True  # the worker itself is cancelled: cancel the runs, then go on unwinding
+                self._now.set()
             finally:
                 now.cancel()
             if self._now.is_set():
@@ -217,6 +219,8 @@ class Worker:
                 await asyncio.gather(*self._running, return_exceptions=True)
             for task in [t for t in self._running if t.done()]:
                 del self._running[task]
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _drive(self, lease: Lease) -> None:
         emit = self.on_event
