@@ -77,6 +77,7 @@ class Connections:
         self._max = max_size
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._open = 0
+        self._waiting = 0
         self._freed: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizer: Any = None
@@ -91,43 +92,59 @@ class Connections:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """Borrow a connection; one that failed or was left in a transaction is closed, not reused."""
-        await self._bind()
-        assert self._freed is not None
-        async with self._freed:
-            while not self._idle and self._open >= self._max:
-                await self._freed.wait()
-            conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                self._open += 1
-        if conn is None:
-            try:
-                conn = await self.connect()
-            except BaseException:
-                await self._give_back(None)
-                raise
+        conn = await self.acquire()
         ok = False
         try:
             yield conn
             ok = True
         finally:
-            reusable = ok and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            if not reusable:
-                with contextlib.suppress(Exception):
-                    await conn.close()
-            await self._give_back(conn if reusable else None)
+            await self.release(conn, ok=ok)
 
-    async def _give_back(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+    async def acquire(self) -> psycopg.AsyncConnection[Any]:
+        """Borrow a connection (give it back with `release`)."""
+        await self._bind()
+        while True:
+            # No await between the check and the take: the loop runs one task at a time.
+            if self._idle:
+                return self._idle.pop()
+            if self._open < self._max:
+                self._open += 1
+                try:
+                    return await self.connect()
+                except BaseException:
+                    await self._free(None)
+                    raise
+            assert self._freed is not None
+            self._waiting += 1
+            try:
+                async with self._freed:
+                    while not self._idle and self._open >= self._max:
+                        await self._freed.wait()
+            finally:
+                self._waiting -= 1
+
+    async def release(self, conn: psycopg.AsyncConnection[Any], *, ok: bool) -> None:
+        """Give a connection back; after a failure, or inside a transaction, it is closed instead."""
+        reusable = ok and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if not reusable:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        await self._free(conn if reusable else None)
+
+    async def _free(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
         freed = self._freed
         if freed is None:  # the pool was closed while the connection was out
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.close()
             return
-        async with freed:
-            self._open -= conn is None
-            if conn is not None:
-                self._idle.append(conn)
-            freed.notify()
+        if conn is None:
+            self._open -= 1
+        else:
+            self._idle.append(conn)
+        if self._waiting:
+            async with freed:
+                freed.notify()
 
     async def _bind(self) -> None:
         loop = asyncio.get_running_loop()

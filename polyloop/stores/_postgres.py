@@ -154,15 +154,25 @@ class PostgresStore:
 
     @contextlib.asynccontextmanager
     async def _conn(self, run_id: str | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = await self._acquire()
+        ok = False
+        try:
+            yield conn
+            ok = True
+        except psycopg.Error as exc:
+            raise self._failed(exc, run_id) from exc
+        finally:
+            await self._conns.release(conn, ok=ok)
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
         if not self._ready:
             async with self._conns.connection() as conn:
                 await ensure_schema(conn, create=self._create, where=self.where)
             self._ready = True
-        try:
-            async with self._conns.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc)}", run_id=run_id) from exc
+        return await self._conns.acquire()
+
+    def _failed(self, exc: psycopg.Error, run_id: str | None) -> StoreError:
+        return StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc)}", run_id=run_id)
 
     # -- writes ---------------------------------------------------------------
 
@@ -206,16 +216,23 @@ class PostgresStore:
                 seq = await self._count(run_id)
         if isinstance(record, RunStarted) and seq != 0:
             raise RunExistsError(run_id)
+        # The hot path of every step: no context-manager layers, one borrowed connection.
+        conn = await self._acquire()
+        ok = False
         try:
-            async with self._conn(run_id) as conn:
-                cur = await conn.execute(_APPEND, (run_id, seq, epoch, record.TAG, body, durable), prepare=True)
-                row = await cur.fetchone()
-        except BaseException:
+            cur = await conn.execute(_APPEND, (run_id, seq, epoch, record.TAG, body, durable), prepare=True)
+            row = await cur.fetchone()
+            ok = True
+        except BaseException as exc:
             # Landed or not, nobody knows: the next write must not guess a number.
             self._next.pop(run_id, None)
             if lease is not None:
                 lease.next_seq = None
+            if isinstance(exc, psycopg.Error):
+                raise self._failed(exc, run_id) from exc
             raise
+        finally:
+            await self._conns.release(conn, ok=ok)
         outcome = row[0] if row else "missing"
         if outcome != "ok":
             self._next.pop(run_id, None)

@@ -278,3 +278,18 @@ async def test_verify_checks_every_run_in_the_database(store, pg_conn):
     assert verdicts[bad].path.endswith(f"/{bad}")
     assert seen[-1][0] == seen[-1][1] == len(report.files)
     assert report.failed()
+
+
+async def test_more_writers_than_connections_wait_their_turn(pg_url):
+    async with PostgresStore(pg_url, max_connections=2) as store:
+        run_ids = [fresh(f"pool{i}") for i in range(10)]
+
+        async def write(run_id):
+            await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+            for _ in range(5):
+                await store.write_step_completed(run_id, SC)
+
+        await asyncio.gather(*(write(r) for r in run_ids))
+        assert store._conns._open <= 2
+        for run_id in run_ids:
+            assert len(await store.read_log(run_id)) == 6
