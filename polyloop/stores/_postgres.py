@@ -462,6 +462,25 @@ class PostgresStore:
             if cur.rowcount != 1:
                 raise RunExistsError(run_id)
 
+    async def requeue(self, run_id: str) -> None:
+        """Make a `failed` (or `parked`) run claimable again, once its cause is fixed.
+
+        A parked run becomes claimable by itself when a resolution is written;
+        requeue it only to let a worker hit the same stop again.
+
+        Raises:
+            RunNotFoundError: the database does not know the run as failed or parked.
+        """
+        async with self._conn(run_id) as conn:
+            cur = await conn.execute(
+                "UPDATE polyloop_runs SET status = 'queued', note = NULL, "
+                "submitted_at = COALESCE(submitted_at, clock_timestamp()) "
+                "WHERE run_id = %s AND status IN ('failed', 'parked') AND target IS NOT NULL",
+                (check_run_id(run_id),),
+            )
+            if cur.rowcount != 1:
+                raise RunNotFoundError(run_id, f"the failed or parked runs of {self.where}")
+
     async def claimable(self, limit: int) -> list[str]:
         """Up to `limit` queued runs no live lease holds, oldest submission first."""
         async with self._conn() as conn:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from polyloop import Intent, RunExistsError, TargetError, classify, mark_resolved
+from polyloop import Intent, RunExistsError, RunNotFoundError, TargetError, classify, mark_resolved
 from polyloop.stores import PostgresStore, Worker, WorkerEvent, submit
 
 from pg_helpers import AGENTS, check_invariants
@@ -112,6 +112,12 @@ async def test_a_run_whose_agent_cannot_load_is_failed_not_retried(store, pg_con
     assert "no file" in (events[1].detail or "")
     row = await store.queue_row(run_id)
     assert row["status"] == "failed" and "no file" in row["note"]
+    # The operator fixes the cause and puts the run back in the queue.
+    agent_file.write_text(Path(AGENTS).read_text())
+    await store.requeue(run_id)
+    assert [e.event for e in await work(store, [run_id])] == ["claim", "finish"]
+    with pytest.raises(RunNotFoundError):
+        await store.requeue(run_id)  # finished: nothing to requeue
 
 
 def test_the_cli_submits_and_works(pg_url, pg_conn, tmp_path):
