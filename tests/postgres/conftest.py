@@ -10,6 +10,7 @@ is a failure.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,17 +18,22 @@ from typing import Any
 import psycopg
 import pytest
 
-from pg_helpers import DEFAULT_URL, reachable, with_search_path
+from pg_helpers import DEFAULT_URL, private_dir, reachable, with_search_path
 
 
-def _server(tmp_path_factory) -> tuple[str, Any]:
+_CREATED: list[str] = []  # directories this session made, removed at its end
+
+
+def _server() -> tuple[str, Any]:
     """The server's URL, and the throwaway server to clean up (None for one already running)."""
     url = os.environ.get("POLYLOOP_TEST_PG_URL", DEFAULT_URL)
     why = reachable(url)
     if why is None:
         return url, None
     # pgserver asks platformdirs for a runtime directory, which warns without one.
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("runtime")))
+    if "XDG_RUNTIME_DIR" not in os.environ:
+        os.environ["XDG_RUNTIME_DIR"] = str(private_dir("runtime"))
+        _CREATED.append(os.environ["XDG_RUNTIME_DIR"])
     try:
         import pgserver
     except ImportError:
@@ -35,17 +41,17 @@ def _server(tmp_path_factory) -> tuple[str, Any]:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
+    server = pgserver.get_server(private_dir("pgdata"), cleanup_mode="delete")
     return server.get_uri(), server
 
 
 @pytest.fixture(scope="session")
-def pg_url(tmp_path_factory) -> Iterator[str]:
+def pg_url() -> Iterator[str]:
     """A URL whose sessions use a schema of their own, dropped at the end of the test session.
 
     The database may be shared: the tests' queued runs never meet anyone else's.
     """
-    url, server = _server(tmp_path_factory)
+    url, server = _server()
     schema = f"polyloop_test_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
@@ -56,6 +62,8 @@ def pg_url(tmp_path_factory) -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
         if server is not None:
             server.cleanup()
+            for created in _CREATED:
+                shutil.rmtree(created, ignore_errors=True)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -19,6 +20,15 @@ from polyloop import classify, mark_resolved
 from polyloop.stores import PostgresStore, submit
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def private_dir(label: str) -> Path:
+    """A new directory outside pytest's temporary tree, for a throwaway server's data.
+
+    The server runs as another user (pgserver's, when the tests run as root), and a
+    concurrent pytest session resets the permissions of its own tree under /tmp.
+    """
+    return Path(tempfile.mkdtemp(prefix=f"polyloop-{label}-"))
 
 
 def with_search_path(url: str, schema: str) -> str:
