@@ -114,6 +114,14 @@ def test_sigterm_releases_held_runs_at_their_next_call(pg_url, pg_conn, tmp_path
     first = WorkerProcess(pg_url, done, lease=5.0, concurrency=2, slow=0.3)
     try:
         wait_for(lambda: len(first.seen("claim")) == 2, what="two claims")
+        # While model and tool calls run, no session of the worker sits inside a transaction.
+        for _ in range(10):
+            in_transaction = pg_conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'polyloop' "
+                "AND state LIKE 'idle in transaction%'"
+            ).fetchone()
+            assert in_transaction == (0,)
+            time.sleep(0.05)
         assert first.stop() == 0
         assert len(first.seen("released")) == 2
         # Released, not abandoned: claimable at once, nothing unknown in the logs.
