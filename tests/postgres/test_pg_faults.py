@@ -29,7 +29,6 @@ from pg_helpers import (
     check_effects,
     check_invariants,
     effects,
-    settle_parked,
     statuses,
     submit_runs,
     wait_for,

@@ -14,8 +14,6 @@ import signal
 import time
 import uuid
 
-import pytest
-
 from pg_helpers import (
     AGENTS,
     WorkerProcess,
