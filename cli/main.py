@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import batch, errors, inspect_cmd, mark_resolved, resume, run, verify
+from . import submit, worker
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
 
@@ -125,6 +126,8 @@ app.command("verify", short_help="Check every log in a directory for corruption 
     verify.command
 )
 app.command("batch", short_help="Run an agent once per line of a goals file; re-run to resume.")(batch.command)
+app.command("submit", short_help="Queue a run on a PostgreSQL store for the workers.")(submit.command)
+app.command("worker", short_help="Claim queued runs from a PostgreSQL store and run them.")(worker.command)
 
 def main() -> None:
     """The `polyloop` console script (and `python -m polyloop`)."""

@@ -1,6 +1,84 @@
-"""Store implementations. `JsonlStore` is the embedded default."""
+"""Store implementations. `JsonlStore` is the embedded default.
 
+`PostgresStore` (many machines, fenced leases, a run queue) needs the
+`postgres` extra (`pip install 'polyloop[postgres]'`); it is imported only
+when first used, so the JSONL-only install does not need psycopg.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._store import Store
 from .._codec import ParsedLog, parse_log
 from ._jsonl import JsonlStore
 
-__all__ = ["JsonlStore", "ParsedLog", "parse_log"]
+if TYPE_CHECKING:
+    from ._pg_lease import Lease, LeaseLostError
+    from ._postgres import PostgresStore
+    from .._queue import Worker, WorkerEvent, submit
+
+__all__ = [
+    "JsonlStore",
+    "Lease",
+    "LeaseLostError",
+    "ParsedLog",
+    "PostgresStore",
+    "Worker",
+    "WorkerEvent",
+    "open_store",
+    "parse_log",
+    "submit",
+]
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_LAZY = {
+    "PostgresStore": "._postgres",
+    "Lease": "._pg_lease",
+    "LeaseLostError": "._pg_lease",
+    # The queue lives beside the run loop (it runs agents); it imports psycopg lazily too.
+    "Worker": ".._queue",
+    "WorkerEvent": ".._queue",
+    "submit": ".._queue",
+}
+
+
+def open_store(spec: str) -> Store:
+    """The store a `--store` value names: a `postgresql://` URL or a directory of JSONL logs.
+
+    Args:
+        spec: `postgresql://...` or `postgres://...` for a `PostgresStore`
+            (needs the `postgres` extra); anything else is a directory for a
+            `JsonlStore`.
+
+    Returns:
+        The store, not yet connected (a `PostgresStore` connects on first use).
+
+    Raises:
+        StoreError: a PostgreSQL URL was given but psycopg is not installed.
+    """
+    if spec.startswith(_POSTGRES_SCHEMES):
+        return _postgres_class()(spec)
+    return JsonlStore(spec)
+
+
+def _postgres_class() -> Any:
+    try:
+        from ._postgres import PostgresStore
+    except ImportError as exc:
+        from .._errors import StoreError
+
+        raise StoreError(
+            f"a PostgreSQL store needs psycopg: pip install 'polyloop[postgres]' ({exc})"
+        ) from exc
+    return PostgresStore
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        if name == "PostgresStore":
+            return _postgres_class()
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,493 @@
+"""`PostgresStore`: run logs in PostgreSQL, shared by many machines, with fenced leases.
+
+One row per record in `polyloop_records` (the record's JSON exactly as the
+JSONL store writes it, plus indexed columns), one row per run in
+`polyloop_runs` (the lease, the epoch, the next sequence number, the queue
+status). Every append is one call of the `polyloop_append` function, which
+checks the expected sequence number, the writer's epoch and the lease's
+expiry and inserts, in one statement's transaction: two writers can never
+interleave records of one run. docs/reference/stores.md is the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
+from .._ids import check_run_id
+from .._records import Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
+from .._codec import ParsedLog, parse_log
+from ._pg_conn import Connections, first_line, session_options
+from ._pg_lease import Lease, LeaseLostError
+from ._pg_schema import ensure_schema
+
+if TYPE_CHECKING:
+    from .._verify import VerifyReport
+
+_APPEND = "SELECT polyloop_append(%s, %s, %s, %s, %s::json, %s)"
+
+_CLAIM = """
+INSERT INTO polyloop_runs AS r (run_id, epoch, holder, lease_until)
+VALUES (%(run)s, 1, %(holder)s, clock_timestamp() + %(lease)s * interval '1 second')
+ON CONFLICT (run_id) DO UPDATE SET
+    epoch = r.epoch + 1, holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until,
+    taken_over_from = CASE WHEN r.holder IS NOT NULL THEN r.holder END
+WHERE r.holder IS NULL OR r.lease_until <= clock_timestamp()
+RETURNING epoch, next_seq, status, target, goal, taken_over_from
+"""
+
+_CLAIM_QUEUED = """
+UPDATE polyloop_runs AS r SET
+    epoch = r.epoch + 1, holder = %(holder)s,
+    lease_until = clock_timestamp() + %(lease)s * interval '1 second',
+    taken_over_from = CASE WHEN r.holder IS NOT NULL THEN r.holder END
+WHERE r.run_id = %(run)s AND r.status = 'queued'
+    AND (r.holder IS NULL OR r.lease_until <= clock_timestamp())
+RETURNING epoch, next_seq, status, target, goal, taken_over_from
+"""
+
+_RENEW = """
+UPDATE polyloop_runs SET lease_until = clock_timestamp() + %s * interval '1 second'
+WHERE run_id = %s AND epoch = %s AND holder IS NOT NULL AND lease_until > clock_timestamp()
+"""
+
+_RELEASE = """
+UPDATE polyloop_runs SET holder = NULL, lease_until = NULL,
+    status = CASE WHEN %(status)s::text IS NOT NULL AND status = 'queued' THEN %(status)s ELSE status END,
+    note = COALESCE(%(note)s, note)
+WHERE run_id = %(run)s AND epoch = %(epoch)s
+"""
+
+_LIVE_HOLDER = """
+SELECT holder FROM polyloop_runs
+WHERE run_id = %s AND holder IS NOT NULL AND lease_until > clock_timestamp()
+"""
+
+
+class PostgresStore:
+    """Run logs in a PostgreSQL database that many machines share.
+
+    Implements the storage port (`polyloop.Store`) with the JSONL store's
+    guarantees: a run's records read back in write order; a durable write
+    (`run_started`, intents, `run_finished`, `resolution`) is committed
+    synchronously before it returns; results and step records are committed
+    asynchronously and become durable with the run's next durable write; a
+    record is one row, so a torn or partial record cannot exist. What the
+    server's own settings can weaken (`fsync = off`, ...) is listed in
+    docs/reference/stores.md.
+
+    `lock(run_id)` takes a lease instead of an OS lock: it lapses when its
+    holder stops renewing it, and every write of the holder carries the
+    lease's epoch, which the database checks in the statement that inserts.
+
+    Use one store per event loop, and close it with `aclose()` or
+    `async with PostgresStore(url) as store:`; connections a caller forgets
+    are closed when the event loop shuts down.
+
+    Args:
+        url: a libpq URL, e.g. `postgresql://user@host:5432/dbname`.
+        lease: seconds a lease lasts without renewal; renewed every third.
+        create: create (or migrate) the schema when missing; with False a
+            missing schema is a `StoreError`.
+        max_connections: the most connections this store opens at once.
+        connect_timeout: seconds before an unreachable server is reported.
+        name: how this process appears as a holder (default `pid N on HOST`).
+
+    Not guaranteed: atomicity between a record and the side effect it
+    describes (that is what intents are for), or anything across runs.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        lease: float = 15.0,
+        create: bool = True,
+        max_connections: int = 8,
+        connect_timeout: float = 5.0,
+        name: str | None = None,
+    ) -> None:
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        self.url = url
+        self.lease = float(lease)
+        self.name = name or f"pid {os.getpid()} on {socket.gethostname()}"
+        # A statement that outlives the lease is worthless to its writer, and
+        # a lock wait of a third of it still leaves time to renew.
+        lease_ms = max(1000, int(self.lease * 1000))
+        settings = session_options(
+            statement_ms=lease_ms, lock_ms=max(500, lease_ms // 3), idle_in_transaction_ms=lease_ms
+        )
+        self._conns = Connections(url, settings=settings, max_size=max_connections, connect_timeout=connect_timeout)
+        self._create = create
+        self._ready = False
+        self._next: dict[str, int] = {}
+        self._leases: dict[str, Lease] = {}
+        self._strays: set[asyncio.Task[None]] = set()  # renewals left to unwind after a loss
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._conns.where!r})"
+
+    @property
+    def where(self) -> str:
+        """`user@host:port/dbname`, without the password (for messages)."""
+        return self._conns.where
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store's connections. A lease still held lapses by itself."""
+        await self._conns.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _conn(self, run_id: str | None = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = await self._acquire()
+        ok = False
+        try:
+            yield conn
+            ok = True
+        except psycopg.Error as exc:
+            raise self._failed(exc, run_id) from exc
+        finally:
+            await self._conns.release(conn, ok=ok)
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
+        if not self._ready:
+            async with self._conns.connection() as conn:
+                await ensure_schema(conn, create=self._create, where=self.where)
+            self._ready = True
+        return await self._conns.acquire()
+
+    def _failed(self, exc: psycopg.Error, run_id: str | None) -> StoreError:
+        return StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc)}", run_id=run_id)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def write_run_started(self, record: RunStarted) -> None:
+        """Create the run's log; `RunExistsError` if it has one. Durable."""
+        await self._append(check_run_id(record.run_id), record, durable=True)
+
+    async def write_intent(self, run_id: str, record: Intent) -> None:
+        """Append an intent; committed synchronously before it returns."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
+        """Append a model call result (asynchronous commit; durable with the next intent)."""
+        await self._append(run_id, record, durable=False)
+
+    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
+        """Append a step record (asynchronous commit; durable with the next intent)."""
+        await self._append(run_id, record, durable=False)
+
+    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
+        """Append the end marker; committed synchronously before it returns."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_resolution(self, run_id: str, record: Resolution) -> None:
+        """Append an operator's resolution; a parked queued run becomes claimable again."""
+        await self._append(run_id, record, durable=True)
+
+    async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
+        check_run_id(run_id)
+        body = encode(record)[:-1].decode()
+        lease = self._leases.get(run_id)
+        epoch: int | None = None
+        if lease is not None:
+            lease.before_write(record)
+            seq, epoch = lease.next_seq, lease.epoch
+        elif isinstance(record, RunStarted):
+            seq = 0
+        else:
+            seq = self._next.get(run_id)
+            if seq is None:
+                seq = await self._count(run_id)
+        if isinstance(record, RunStarted) and seq != 0:
+            raise RunExistsError(run_id)
+        # The hot path of every step: no context-manager layers, one borrowed connection.
+        conn = await self._acquire()
+        ok = False
+        try:
+            cur = await conn.execute(_APPEND, (run_id, seq, epoch, record.TAG, body, durable), prepare=True)
+            row = await cur.fetchone()
+            ok = True
+        except BaseException as exc:
+            # Landed or not, nobody knows: the next write must not guess a number.
+            self._next.pop(run_id, None)
+            if lease is not None:
+                lease.next_seq = None
+            if isinstance(exc, psycopg.Error):
+                raise self._failed(exc, run_id) from exc
+            raise
+        finally:
+            await self._conns.release(conn, ok=ok)
+        outcome = row[0] if row else "missing"
+        if outcome != "ok":
+            self._next.pop(run_id, None)
+            raise self._refused(run_id, outcome, seq)
+        assert seq is not None
+        if lease is not None:
+            lease.next_seq = seq + 1
+            lease.after_write()
+        else:
+            self._next[run_id] = seq + 1
+
+    def _refused(self, run_id: str, outcome: str, seq: int) -> Exception:
+        what, _, detail = outcome.partition(":")
+        if what == "missing":
+            return RunNotFoundError(run_id, self.where)
+        if what == "held":
+            return RunActiveError(run_id, detail or None)
+        if what == "fenced":
+            return LeaseLostError(run_id, f"another worker took the run over at epoch {detail}")
+        if what == "expired":
+            return LeaseLostError(run_id, "it expired on the database clock")
+        if seq == 0:
+            return RunExistsError(run_id)
+        return StoreError(
+            f"run {run_id!r} has {detail} records but this writer expected {seq}: another "
+            "writer appended meanwhile; read the log again", run_id=run_id,
+        )
+
+    async def _count(self, run_id: str) -> int:
+        async with self._conn(run_id) as conn:
+            cur = await conn.execute("SELECT next_seq FROM polyloop_runs WHERE run_id = %s", (run_id,))
+            row = await cur.fetchone()
+        if row is None or row[0] == 0:
+            raise RunNotFoundError(run_id, self.where)
+        return int(row[0])
+
+    # -- reads ----------------------------------------------------------------
+
+    async def _raw(self, run_id: str) -> tuple[bytes, int]:
+        check_run_id(run_id)
+        async with self._conn(run_id) as conn:
+            cur = await conn.execute(
+                "SELECT string_agg(body::text, E'\\n' ORDER BY seq), count(*) "
+                "FROM polyloop_records WHERE run_id = %s",
+                (run_id,),
+                prepare=True,
+            )
+            row = await cur.fetchone()
+        if row is None or not row[1]:
+            raise RunNotFoundError(run_id, self.where)
+        return (row[0] + "\n").encode(), int(row[1])
+
+    async def read_log(self, run_id: str) -> list[Record]:
+        """Every record of the run in sequence order.
+
+        Raises:
+            InvalidRunIdError: the run id is not a safe name.
+            RunNotFoundError: the run has no records.
+            CorruptLogError: a row is not a valid record (`SchemaVersionError`
+                for an unknown major version), exactly as the JSONL store
+                reports the same lines.
+            StoreError: the database cannot be reached or failed.
+        """
+        parsed = await self.read_parsed(run_id)
+        if parsed.schema_version is not None:
+            raise SchemaVersionError(run_id, parsed.schema_version)
+        if parsed.problems:
+            raise CorruptLogError(run_id, parsed.problems)
+        if run_id not in self._leases:
+            self._next[run_id] = len(parsed.records)
+        return parsed.records
+
+    async def read_parsed(self, run_id: str) -> ParsedLog:
+        """The log as the JSONL parser sees it (line N is the record of seq N-1), unjudged."""
+        data, _ = await self._raw(run_id)
+        return parse_log(data)
+
+    async def exists(self, run_id: str) -> bool:
+        """Whether the run has a log (at least its `run_started`)."""
+        try:
+            await self._count(check_run_id(run_id))
+        except RunNotFoundError:
+            return False
+        return True
+
+    async def list_runs(self) -> list[str]:
+        """Every run id with a log, oldest first."""
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT run_id FROM polyloop_runs WHERE next_seq > 0 ORDER BY created_at, run_id"
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+    async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        """Check every run's log in the database, as `verify_logs` checks a directory.
+
+        Each run becomes a `FileVerdict` whose `path` is `postgresql://<where>/<run_id>` and
+        whose problem lines are record positions (line N = `seq` N-1). A torn
+        tail cannot exist here. Nothing is modified.
+
+        Raises:
+            StoreError: the database cannot be reached or failed.
+        """
+        from .._classify import check
+        from .._verify import FileVerdict, VerifyReport
+
+        run_ids = await self.list_runs()
+        verdicts = []
+        for done, run_id in enumerate(run_ids, start=1):
+            path = f"postgresql://{self.where}/{run_id}"
+            try:
+                parsed = await self.read_parsed(run_id)
+            except RunNotFoundError:  # removed meanwhile
+                continue
+            problems = [(q.line, q.message) for q in parsed.problems]
+            if not problems:
+                _, found = check(parsed.records, run_id=run_id)
+                problems = [(q.line, q.message) for q in map(parsed.locate, found)]
+            verdicts.append(FileVerdict(path, run_id, "corrupt" if problems else "ok", tuple(problems)))
+            if progress:
+                progress(done, len(run_ids))
+        return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
+
+    async def queue(self) -> list[dict[str, Any]]:
+        """Every run the database knows with its queue status, lease and note, oldest first.
+
+        `status` is `queued` (claimable once no live lease holds it),
+        `parked` (needs an operator), `failed` (see `note`), `finished`, or
+        `direct` (started outside the queue; workers leave it alone).
+        """
+        return await self._queue_rows("", ())
+
+    async def _queue_rows(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                "SELECT run_id, status, epoch, next_seq AS records, target, goal, note, "
+                "CASE WHEN lease_until > clock_timestamp() THEN holder END AS holder "
+                f"FROM polyloop_runs {where} ORDER BY created_at, run_id",
+                params,
+            )
+            return list(await cur.fetchall())
+
+    async def queue_row(self, run_id: str) -> dict[str, Any]:
+        """One run's entry of `queue()`.
+
+        Raises:
+            RunNotFoundError: the database does not know the run id.
+        """
+        for row in await self._queue_rows("WHERE run_id = %s", (check_run_id(run_id),)):
+            return row
+        raise RunNotFoundError(run_id, self.where)
+
+    # -- leases ---------------------------------------------------------------
+
+    async def holder(self, run_id: str) -> str | None:
+        """Who holds a live lease on the run right now, or None."""
+        async with self._conn(run_id) as conn:
+            cur = await conn.execute(_LIVE_HOLDER, (check_run_id(run_id),))
+            row = await cur.fetchone()
+        return row[0] if row else None
+
+    async def claim(self, run_id: str, *, queued_only: bool = False) -> Lease:
+        """Take a lease on the run (creating its row if needed); enter it with `async with`.
+
+        Args:
+            run_id: the run.
+            queued_only: claim only a run submitted to the queue (status `queued`).
+
+        Returns:
+            The `Lease`, not yet renewed: enter it at once.
+
+        Raises:
+            RunActiveError: another live holder has it (or, with
+                `queued_only`, it is not a queued run).
+            StoreError: the database failed.
+        """
+        check_run_id(run_id)
+        params = {"run": run_id, "holder": self.name, "lease": self.lease}
+        sent = time.monotonic()
+        async with self._conn(run_id) as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(_CLAIM_QUEUED if queued_only else _CLAIM, params)
+            row = await cur.fetchone()
+        if row is None:
+            holder = await self.holder(run_id)
+            raise RunActiveError(run_id, holder or ("nobody: it is not queued" if queued_only else None))
+        return Lease(self, run_id, row, sent)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, run_id: str) -> AsyncIterator[None]:
+        """Hold a lease on the run until the block exits (the `LockingStore` capability).
+
+        Raises:
+            RunActiveError: another live holder has the run.
+            LeaseLostError: the lease ended while held (the block was cancelled).
+        """
+        lease = await self.claim(run_id)
+        async with lease:
+            yield
+
+    async def _renew(self, lease: Lease) -> bool:
+        async with self._conn(lease.run_id) as conn:
+            cur = await conn.execute(_RENEW, (self.lease, lease.run_id, lease.epoch), prepare=True)
+            return cur.rowcount == 1
+
+    async def _release(self, lease: Lease, outcome: tuple[str, str] | None) -> None:
+        status, note = outcome if outcome else (None, None)
+        params = {"run": lease.run_id, "epoch": lease.epoch, "status": status, "note": note}
+        async with self._conn(lease.run_id) as conn:
+            await conn.execute(_RELEASE, params)
+
+    # -- the queue ------------------------------------------------------------
+
+    async def enqueue(self, run_id: str, *, target: str, goal: str) -> None:
+        """Queue a new run of `target` towards `goal` (see `polyloop.stores.submit`).
+
+        Raises:
+            RunExistsError: the run id is already known to the database.
+        """
+        async with self._conn(run_id) as conn:
+            cur = await conn.execute(
+                "INSERT INTO polyloop_runs (run_id, status, target, goal, submitted_at) "
+                "VALUES (%s, 'queued', %s, %s, clock_timestamp()) ON CONFLICT (run_id) DO NOTHING",
+                (check_run_id(run_id), target, goal),
+            )
+            if cur.rowcount != 1:
+                raise RunExistsError(run_id)
+
+    async def requeue(self, run_id: str) -> None:
+        """Make a `failed` (or `parked`) run claimable again, once its cause is fixed.
+
+        A parked run becomes claimable by itself when a resolution is written;
+        requeue it only to let a worker hit the same stop again.
+
+        Raises:
+            RunNotFoundError: the database does not know the run as failed or parked.
+        """
+        async with self._conn(run_id) as conn:
+            cur = await conn.execute(
+                "UPDATE polyloop_runs SET status = 'queued', note = NULL, "
+                "submitted_at = COALESCE(submitted_at, clock_timestamp()) "
+                "WHERE run_id = %s AND status IN ('failed', 'parked') AND target IS NOT NULL",
+                (check_run_id(run_id),),
+            )
+            if cur.rowcount != 1:
+                raise RunNotFoundError(run_id, f"the failed or parked runs of {self.where}")
+
+    async def claimable(self, limit: int) -> list[str]:
+        """Up to `limit` queued runs no live lease holds, oldest submission first."""
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT run_id FROM polyloop_runs WHERE status = 'queued' "
+                "AND (holder IS NULL OR lease_until <= clock_timestamp()) "
+                "ORDER BY submitted_at LIMIT %s",
+                (limit,),
+            )
+            return [row[0] for row in await cur.fetchall()]
