@@ -107,6 +107,7 @@ def result_code(reason: str) -> int:
 
 
 _debug = False
+interruption_reported = False  # a command already said it was interrupted
 
 
 def set_debug(on: bool) -> None:
@@ -141,6 +142,8 @@ def failures(scope: Scope) -> Iterator[Scope]:
     except BaseException as exc:  # KeyboardInterrupt too: it becomes 130
         code = exit_code(exc)
         if code == INTERRUPTED:
+            global interruption_reported
+            interruption_reported = True
             kind = "interrupted"
         elif isinstance(exc, PolyLoopError | BadInput):
             kind = "expected"

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from polyloop import JsonlStore, inspect_run
+from polyloop import RunReport, inspect_run
+from polyloop.stores import open_store
 
 from . import options, render
 from .errors import Scope, failures
@@ -17,6 +18,7 @@ from .resume import RunId
 def command(
     run_id: RunId,
     directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
     json: options.Json = False,
     all_steps: Annotated[
         bool, typer.Option("--all", help="List every step (the default lists the last 20).")
@@ -52,12 +54,17 @@ def command(
       polyloop inspect demo
       polyloop inspect demo --json | jq -r .status
     """
-    where = options.directory(directory)
-    with failures(Scope(json=json, directory=where, run_id=run_id)):
+    with failures(Scope(json=json, run_id=run_id)) as scope:
+        scope.directory = where = options.where(directory, store_url)
         shown = options.step_range(steps, all_steps)
-        report = asyncio.run(inspect_run(JsonlStore(where), run_id))
+        report = asyncio.run(_inspect(where, run_id))
         if json:
             render.print_json(report.to_json())
         else:
             render.inspect_report(report, where, steps=shown)
     raise typer.Exit(0)
+
+
+async def _inspect(where: str, run_id: str) -> RunReport:
+    async with open_store(where) as store:
+        return await inspect_run(store, run_id)

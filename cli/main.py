@@ -65,6 +65,10 @@ class _Group(TyperGroup):
                 **extra,
             )
             code = rv if isinstance(rv, int) else 0
+            if code == errors.INTERRUPTED and not errors.interruption_reported:
+                # Ctrl-C outside a command's body (while parsing, or importing
+                # what a command needs): typer turns it into a bare 130.
+                sys.stderr.write("polyloop: interrupted\n")
         except errors.ClickException as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":
                 sys.stdout.write(exc.format_message() + "\n")
@@ -72,6 +76,7 @@ class _Group(TyperGroup):
             else:
                 code = errors.usage_failure(exc, json="--json" in argv)
         except (typer.Abort, KeyboardInterrupt):
+            sys.stderr.write("polyloop: interrupted\n")
             code = errors.INTERRUPTED
         if standalone_mode:
             sys.exit(code)

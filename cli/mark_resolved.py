@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from polyloop import JsonlStore, mark_resolved
+from polyloop import Recovery, mark_resolved
+from polyloop.stores import open_store
 
 from . import options, render
 from .errors import BadInput, Scope, failures
@@ -50,6 +51,7 @@ def command(
         typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
     ] = None,
     directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
 ) -> None:
     """Settle RESULT_ID, an unknown `never` action of run ID, as executed or not.
 
@@ -71,8 +73,8 @@ def command(
       polyloop mark-resolved demo s2-a1 --executed --observation "wrote 188 bytes" --reason "the file is there"
       polyloop mark-resolved demo s2-a1 --not-executed --reason "no notes.txt"
     """
-    where = options.directory(directory)
-    with failures(Scope(directory=where, run_id=run_id)):
+    with failures(Scope(run_id=run_id)) as scope:
+        scope.directory = where = options.where(directory, store_url)
         if executed and not_executed:
             raise BadInput("pass --executed or --not-executed, not both")
         if not executed and not not_executed:
@@ -84,18 +86,16 @@ def command(
         options.utf8(observation, "--observation")
         options.utf8(reason, "--reason")
         text = _read(observation_file) if observation_file is not None else observation
-        recovery = asyncio.run(
-            mark_resolved(
-                JsonlStore(where),
-                run_id,
-                result_id,
-                executed=executed,
-                observation=text,
-                reason=reason,
-            )
-        )
+        recovery = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason))
         render.resolved(run_id, result_id, executed, recovery, where)
     raise typer.Exit(0)
+
+
+async def _resolve(
+    where: str, run_id: str, result_id: str, executed: bool, text: str | None, reason: str | None
+) -> Recovery:
+    async with open_store(where) as store:
+        return await mark_resolved(store, run_id, result_id, executed=executed, observation=text, reason=reason)
 
 
 def _read(path: Path) -> str:

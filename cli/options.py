@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -15,7 +16,19 @@ Directory = Annotated[
     typer.Option(
         "--dir",
         metavar="DIR",
-        help="Where run logs live. Default: $POLYLOOP_DIR, else ./runs.",
+        help="Where run logs live (a directory of JSONL logs). Default: $POLYLOOP_STORE, "
+        "else $POLYLOOP_DIR, else ./runs.",
+        show_default=False,
+    ),
+]
+
+StoreUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="URL",
+        help="Where runs live instead of --dir: postgresql://user@host:port/dbname (or a "
+        "directory). Default: $POLYLOOP_STORE.",
         show_default=False,
     ),
 ]
@@ -29,6 +42,19 @@ Json = Annotated[
 def directory(given: str | None) -> str:
     """The run directory: `--dir`, else `$POLYLOOP_DIR`, else `./runs`."""
     return given if given else default_directory()
+
+
+def where(directory_given: str | None, store_given: str | None) -> str:
+    """Where runs live, as `open_store` takes it: `--store`, `--dir`, `$POLYLOOP_STORE`,
+    `$POLYLOOP_DIR`, else `./runs`."""
+    if directory_given and store_given:
+        raise BadInput("give --dir or --store, not both")
+    return store_given or directory_given or os.environ.get("POLYLOOP_STORE") or default_directory()
+
+
+def is_url(spec: str) -> bool:
+    """Whether `spec` names a database rather than a directory."""
+    return spec.startswith(("postgresql://", "postgres://"))
 
 
 def utf8(value: str | None, flag: str) -> str | None:

@@ -152,8 +152,13 @@ def _json_escape(match: re.Match[str]) -> str:
 
 
 def dir_flag(directory: str | None) -> str:
-    """` --dir DIR` when DIR is not where commands look by default."""
-    if directory is None or Path(directory) == Path(default_directory()):
+    """` --dir DIR` (or ` --store URL`) when that is not where commands look by default."""
+    if directory is None:
+        return ""
+    default = os.environ.get("POLYLOOP_STORE") or default_directory()
+    if directory.startswith(("postgresql://", "postgres://")):
+        return "" if directory == default else f" --store {shlex.quote(directory)}"
+    if not directory.startswith(("postgresql://", "postgres://")) and Path(directory) == Path(default):
         return ""
     return f" --dir {shlex.quote(directory)}"
 
@@ -254,7 +259,7 @@ def usage_error(exc: Any, *, json: bool) -> None:
 # -- run and resume ----------------------------------------------------------
 
 
-def run_begins(run_id: str, log: Path) -> None:
+def run_begins(run_id: str, log: Path | str) -> None:
     """Printed before the run starts, so the id is known even if the process dies."""
     _line(out(), ("run ", "bold"), (run_id, "bold cyan"), f"  (log: {log})")
 

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from polyloop import JsonlStore, resume_run
+from polyloop import RunResult, resume_run
+from polyloop.stores import open_store
 
 from . import options, render
 from .errors import Scope, failures, result_code
@@ -15,7 +16,7 @@ from .errors import Scope, failures, result_code
 RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
 
 
-def command(run_id: RunId, directory: options.Directory = None) -> None:
+def command(run_id: RunId, directory: options.Directory = None, store_url: options.StoreUrl = None) -> None:
     """Continue run ID where it stopped, re-importing the target recorded at its start.
 
     Done executions are skipped and their recorded results reused (no model
@@ -34,10 +35,13 @@ def command(run_id: RunId, directory: options.Directory = None) -> None:
     Example:
       polyloop resume demo
     """
-    where = options.directory(directory)
-    with failures(Scope(directory=where, run_id=run_id, resumable=True)):
-        store = JsonlStore(where)
-        begins = lambda next_step: render.resume_begins(run_id, next_step)  # noqa: E731
-        result = asyncio.run(resume_run(run_id, store=store, on_resume=begins))
+    with failures(Scope(run_id=run_id, resumable=True)) as scope:
+        scope.directory = where = options.where(directory, store_url)
+        result = asyncio.run(_resume(where, run_id))
         render.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
+
+
+async def _resume(where: str, run_id: str) -> RunResult:
+    async with open_store(where) as store:
+        return await resume_run(run_id, store=store, on_resume=lambda step: render.resume_begins(run_id, step))

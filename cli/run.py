@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from polyloop import JsonlStore, RunExistsError, check_run_id, load_target, new_run_id, run_target
+from polyloop import (
+    Agent,
+    JsonlStore,
+    RunExistsError,
+    RunResult,
+    check_run_id,
+    load_target,
+    new_run_id,
+    run_target,
+)
+from polyloop.stores import open_store
 
 from . import options, render
 from .errors import Scope, failures, result_code
@@ -43,6 +53,7 @@ def command(
         ),
     ] = None,
     directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
     max_steps: Annotated[
         int | None,
         typer.Option(
@@ -72,19 +83,22 @@ def command(
     Example:
       polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
     """
-    where = options.directory(directory)
-    with failures(Scope(directory=where, resumable=True)) as scope:
-        store = JsonlStore(where)
+    with failures(Scope(resumable=True)) as scope:
+        scope.directory = where = options.where(directory, store_url)
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")
         options.utf8(goal, "--goal")
-        if store.exists(rid):
-            raise RunExistsError(rid)
+        if not options.is_url(where) and JsonlStore(where).exists(rid):
+            raise RunExistsError(rid)  # before the target is imported and an id announced
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
-        render.run_begins(rid, store.path(rid))
-        result = asyncio.run(
-            run_target(target, goal=goal or "", store=store, run_id=rid, max_steps=max_steps, agent=agent)
-        )
+        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{where} run {rid}"
+        render.run_begins(rid, log)
+        result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent))
         render.run_result(result)
     raise typer.Exit(result_code(result.reason))
+
+
+async def _run(where: str, target: str, goal: str, run_id: str, max_steps: int | None, agent: Agent) -> RunResult:
+    async with open_store(where) as store:
+        return await run_target(target, goal=goal, store=store, run_id=run_id, max_steps=max_steps, agent=agent)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from polyloop import verify_logs
+from polyloop import VerifyReport, verify_logs
+from polyloop.stores import open_store
 
 from . import options, render
 from .errors import FAILURE, OK, BadInput, Scope, failures
@@ -15,9 +17,14 @@ from .errors import FAILURE, OK, BadInput, Scope, failures
 
 def command(
     directory: Annotated[
-        str,
-        typer.Argument(metavar="DIR", help="The directory to check (searched recursively).", show_default=False),
-    ],
+        str | None,
+        typer.Argument(
+            metavar="[DIR]",
+            help="The directory to check (searched recursively); leave it out with --store.",
+            show_default=False,
+        ),
+    ] = None,
+    store_url: options.StoreUrl = None,
     json: options.Json = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Fail on torn tails too, not only on corruption.")
@@ -35,22 +42,39 @@ def command(
     and line. Work is spread over the machine's cores; a progress bar shows
     on a terminal. Nothing is modified.
 
+    With --store postgresql://... it checks every run in the database
+    instead, with the same rules and report.
+
     Exit: 0 no corruption, 1 corruption found (or a torn tail with
-    --strict), 2 DIR is not a directory.
+    --strict), 2 DIR is not a directory (or neither DIR nor --store given).
 
     \b
     Example:
       polyloop verify runs/ --json > verify.json
+      polyloop verify --store postgresql://postgres@127.0.0.1/test
     """
     with failures(Scope(json=json, directory=directory)):
+        if directory is not None and store_url is not None:
+            raise BadInput("give DIR or --store, not both")
+        where = directory if directory is not None else store_url
+        if where is None:
+            raise BadInput("say what to check: verify DIR, or verify --store URL")
         show = not json and sys.stderr.isatty()
-        try:
-            with render.verify_progress(show) as progress:
-                report = verify_logs(directory, workers=workers, progress=progress)
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            raise BadInput(f"cannot verify {directory}: {exc}") from exc
+        with render.verify_progress(show) as progress:
+            if options.is_url(where):
+                report = asyncio.run(_verify_store(where, progress))
+            else:
+                try:
+                    report = verify_logs(where, workers=workers, progress=progress)
+                except (FileNotFoundError, NotADirectoryError) as exc:
+                    raise BadInput(f"cannot verify {where}: {exc}") from exc
         if json:
             render.print_json(report.to_json())
         else:
             render.verify_report(report, strict=strict)
     raise typer.Exit(FAILURE if report.failed(strict=strict) else OK)
+
+
+async def _verify_store(url: str, progress: Any) -> VerifyReport:
+    async with open_store(url) as store:
+        return await store.verify(progress=progress)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
 from ._ids import check_run_id
-from ._loop import held, verdict, walk_off_loop
+from ._loop import held, maybe_await, verdict, walk_off_loop
 from ._plan import CallModel, Finished, NeedsOperator, Next, describe, plan
 from ._records import Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
@@ -176,7 +176,7 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         StoreError: the log cannot be read.
     """
     check_run_id(run_id)
-    holder = store.holder(run_id) if isinstance(store, HoldingStore) else None
+    holder = await maybe_await(store.holder(run_id)) if isinstance(store, HoldingStore) else None
     torn_line = None
     if isinstance(store, ParsingStore):
         parsed = await store.read_parsed(run_id)

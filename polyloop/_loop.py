@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,7 @@ async def held(
     `must_exist`, a run without a log raises the store's `RunNotFoundError`
     before any hold is taken (so a mistyped id leaves nothing behind).
     """
-    if must_exist and isinstance(store, ProbingStore) and not store.exists(run_id):
+    if must_exist and isinstance(store, ProbingStore) and not await maybe_await(store.exists(run_id)):
         await store.read_log(run_id)  # raises the store's own RunNotFoundError
     read = store.read_log if must_exist else functools.partial(read_or_none, store)
     if not isinstance(store, LockingStore):
@@ -107,6 +108,11 @@ def records_of(taken: object, run_id: str) -> Sequence[Record] | None:
     if not isinstance(taken, ParsedLog):
         return None
     return taken.records_or_raise(run_id)
+
+
+async def maybe_await(value: Any) -> Any:
+    """`value`, awaited if it is awaitable (optional capabilities may be sync or async)."""
+    return await value if inspect.isawaitable(value) else value
 
 
 async def walk_off_loop(records: Sequence[Record], run_id: str) -> Walker:

@@ -85,9 +85,10 @@ class ProbingStore(Protocol):
     """A store that can tell cheaply whether a run has a log (optional capability).
 
     Used to refuse a mistyped run id before a lock (and its file) is taken.
+    `exists` may be a plain or an async method.
     """
 
-    def exists(self, run_id: str) -> bool: ...
+    def exists(self, run_id: str) -> Any: ...
 
 
 @runtime_checkable
@@ -95,10 +96,11 @@ class HoldingStore(Protocol):
     """A store that can name a run's live holder without taking the hold (optional).
 
     `holder(run_id)` returns who holds it (e.g. `pid 41 on host`), or None.
-    `inspect` uses it to report a run as `active`.
+    `inspect` uses it to report a run as `active`. `holder` may be a plain
+    or an async method.
     """
 
-    def holder(self, run_id: str) -> str | None: ...
+    def holder(self, run_id: str) -> Any: ...
 
 
 @runtime_checkable
