@@ -82,6 +82,7 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(fn)
         sig = _Signature(fn, arg_docs)
         self._sig = sig
+        self._checked: tuple[Any, Any] | None = None
         self.parameters = sig.schema()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -104,9 +105,13 @@ class Tool:
             be a valid integer (got 'ten'); path: Field required``).
         """
         try:
-            self._sig.validate(args)
+            validated = self._sig.validate(args)
         except _BadArguments as exc:
             return f"invalid arguments for tool {self.name!r}: {exc}"
+        # The run loop checks, then invokes with the same dict: keep the
+        # validated values for that call (matched by identity, so a tool
+        # shared by concurrent runs simply validates again).
+        self._checked = (args, validated)
         return None
 
     async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> Any:
@@ -122,10 +127,15 @@ class Tool:
                 not fit a signature; the function is not called.
             Exception: whatever the function raises.
         """
-        try:
-            call_args, kwargs = self._sig.validate(args)
-        except _BadArguments as exc:
-            raise TypeError(f"invalid arguments for tool {self.name!r}: {exc}") from None
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] is args:
+            call_args, kwargs = checked[1]
+        else:
+            try:
+                call_args, kwargs = self._sig.validate(args)
+            except _BadArguments as exc:
+                raise TypeError(f"invalid arguments for tool {self.name!r}: {exc}") from None
+        kwargs = dict(kwargs)
         if self._sig.ctx_param is not None:
             kwargs[self._sig.ctx_param] = ctx
         if self.is_async:
