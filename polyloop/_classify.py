@@ -27,6 +27,7 @@ from ._ids import result_id as derive_result_id
 from ._recovery import (
     DEFAULT_MAX_ATTEMPTS,
     Execution,
+    IntentFields,
     Recovery,
     State,
     Status,
@@ -64,7 +65,7 @@ STATE_TABLE: dict[tuple[bool, bool, bool], State] = {
 _VERSION = re.compile(r"[0-9]+\.[0-9]+")
 
 
-class _Exec:
+class _Exec(IntentFields):
     """An execution while the walk is under way (mutable; frozen into `Execution`)."""
 
     __slots__ = ("intent", "index", "result", "resolution")
@@ -87,26 +88,6 @@ class _Exec:
     @property
     def attempt(self) -> int:
         return self.intent.attempt
-
-    @property
-    def tool(self) -> str | None:
-        return self.intent.tool
-
-    @property
-    def args(self) -> dict[str, Any] | None:
-        return self.intent.args
-
-    @property
-    def replay(self) -> str | None:
-        return self.intent.replay
-
-    @property
-    def idempotency_key(self) -> str | None:
-        return self.intent.idempotency_key
-
-    @property
-    def error(self) -> str | None:
-        return self.result.error if isinstance(self.result, ModelCallResult) else None
 
 
 class _Step:

@@ -16,8 +16,37 @@ Status = Literal["finished", "needs_operator", "resumable"]
 DEFAULT_MAX_ATTEMPTS = 6
 
 
+class IntentFields:
+    """What an execution's intent and result say, for `Execution` and the walker's own."""
+
+    __slots__ = ()
+    intent: Intent
+    result: ModelCallResult | StepCompleted | None
+
+    @property
+    def tool(self) -> str | None:
+        return self.intent.tool
+
+    @property
+    def args(self) -> dict[str, Any] | None:
+        return self.intent.args
+
+    @property
+    def replay(self) -> str | None:
+        return self.intent.replay
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.intent.idempotency_key
+
+    @property
+    def error(self) -> str | None:
+        """Why a model call attempt failed (None if it did not, or is not a model call)."""
+        return self.result.error if isinstance(self.result, ModelCallResult) else None
+
+
 @dataclass(frozen=True, slots=True)
-class Execution:
+class Execution(IntentFields):
     """One model call or action attempt, as the log tells it.
 
     Attributes:
@@ -41,26 +70,6 @@ class Execution:
     resolution: Resolution | None
     index: int
 
-    @property
-    def tool(self) -> str | None:
-        return self.intent.tool
-
-    @property
-    def args(self) -> dict[str, Any] | None:
-        return self.intent.args
-
-    @property
-    def replay(self) -> str | None:
-        return self.intent.replay
-
-    @property
-    def idempotency_key(self) -> str | None:
-        return self.intent.idempotency_key
-
-    @property
-    def error(self) -> str | None:
-        """Why a model call attempt failed (None if it did not, or is not a model call)."""
-        return self.result.error if isinstance(self.result, ModelCallResult) else None
 
 
 @dataclass(frozen=True, slots=True)
