@@ -17,5 +17,15 @@ def main() -> None:
 
         run()
     except KeyboardInterrupt:
-        sys.stderr.write("polyloop: interrupted\n")
-        sys.exit(130)
+        _interrupted()
+    except RuntimeError as exc:
+        # A Ctrl-C inside a class body's `__set_name__` (rich has some) reaches
+        # us wrapped in a RuntimeError.
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            _interrupted()
+        raise
+
+
+def _interrupted() -> None:
+    sys.stderr.write("polyloop: interrupted\n")
+    sys.exit(130)

@@ -31,7 +31,7 @@ from ._pg_lease import Lease, LeaseLostError
 from ._pg_schema import ensure_schema
 
 if TYPE_CHECKING:
-    from .._verify import VerifyReport
+    from ._verify import VerifyReport
 
 _APPEND = "SELECT polyloop_append(%s, %s, %s, %s, %s::json, %s)"
 
@@ -337,7 +337,7 @@ class PostgresStore:
             StoreError: the database cannot be reached or failed.
         """
         from .._classify import check
-        from .._verify import FileVerdict, VerifyReport
+        from ._verify import FileVerdict, VerifyReport
 
         run_ids = await self.list_runs()
         verdicts = []
