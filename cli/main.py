@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from . import errors, inspect_cmd, mark_resolved, resume, run, verify
+from . import errors, inspect_cmd, ls, mark_resolved, resume, run, verify
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
 
@@ -117,6 +117,7 @@ app.command("run", short_help="Start a new run of an agent; prints its run id.")
 app.command("inspect", short_help="Show a run's steps, states, and what resume would do.")(
     inspect_cmd.command
 )
+app.command("ls", short_help="List the runs of a directory: status, what waits, last activity.")(ls.command)
 app.command("mark-resolved", short_help="Settle an unknown `never` action as executed or not.")(
     mark_resolved.command
 )

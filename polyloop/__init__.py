@@ -31,6 +31,7 @@ from ._errors import (
 )
 from ._ids import check_run_id, new_run_id
 from ._inspect import RunReport, inspect_run, mark_resolved
+from ._ls import RunSummary, list_runs
 from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
@@ -84,6 +85,7 @@ __all__ = [
     "RunReport",
     "RunResult",
     "RunStarted",
+    "RunSummary",
     "SCHEMA_VERSION",
     "SchemaVersionError",
     "ScriptedModel",
@@ -105,6 +107,7 @@ __all__ = [
     "default_directory",
     "encode_record",
     "inspect_run",
+    "list_runs",
     "load_target",
     "mark_resolved",
     "new_run_id",
