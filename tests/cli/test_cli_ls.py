@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import pty
 import signal
 import subprocess
@@ -36,10 +37,15 @@ def _start_slow(cli: Cli, run_id: str, marker: Path) -> subprocess.Popen[str]:
     return proc
 
 
-def _mixed(cli: Cli, crashed_mailer) -> None:
-    """A directory with one run of every kind (the active one is started by the test)."""
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The logs of one run of every kind, made once by real processes (copied by each test)."""
+    where = tmp_path_factory.mktemp("template")
+    cli = Cli(cwd=where, runs=where / "runs")
     assert cli("run", target("finishing"), "--goal", "g", "--run-id", "done").code == 0
-    crashed_mailer("waits")  # SIGKILL inside the `never` tool: needs_operator
+    killed = cli("run", target("mailer"), "--goal", "g", "--run-id", "waits",
+                 env={"POLYLOOP_TEST_KILL": "1", "POLYLOOP_TEST_EFFECTS": str(where / "effects")})
+    assert killed.code == -9  # SIGKILL inside the `never` tool, after its effect: needs_operator
     assert cli("run", target("model_down"), "--goal", "g", "--run-id", "stopped").code == 1
     assert cli("run", target("finishing"), "--goal", "g", "--run-id", "broken").code == 0
     lines = cli.log("broken").read_bytes().splitlines(keepends=True)
@@ -47,10 +53,18 @@ def _mixed(cli: Cli, crashed_mailer) -> None:
     assert cli("run", target("looping"), "--goal", "g", "--run-id", "torn").code == 0
     with cli.log("torn").open("ab") as f:
         f.write(b'{"record":"inte')
+    return cli.runs
+
+
+@pytest.fixture
+def mixed(cli: Cli, template: Path) -> Cli:
+    """`cli` whose run directory holds the template's runs, and entries no run can be."""
+    shutil.copytree(template, cli.runs)
     (cli.runs / "bad name.jsonl").write_bytes(cli.log("done").read_bytes())
     (cli.runs / "evil\x1b[31m.jsonl").write_text("x")
     os.mkfifo(cli.runs / "x.jsonl")  # reading it the ordinary way would wait forever
     (cli.runs / "notes.txt").write_text("not a log")
+    return cli
 
 
 def _last_at(log: Path) -> str:
@@ -63,8 +77,8 @@ def _last_at(log: Path) -> str:
     return records[-1]["at"]
 
 
-def test_ls_of_mixed_runs_agrees_with_inspect(cli, crashed_mailer, tmp_path):
-    _mixed(cli, crashed_mailer)
+def test_ls_of_mixed_runs_agrees_with_inspect(mixed, tmp_path):
+    cli = mixed
     live = _start_slow(cli, "live", tmp_path / "started")
     try:
         before = tree_digest(cli.runs)
@@ -97,8 +111,8 @@ def test_ls_of_mixed_runs_agrees_with_inspect(cli, crashed_mailer, tmp_path):
         live.communicate(timeout=30)
 
 
-def test_ls_is_sorted_by_last_activity_most_recent_first(cli, crashed_mailer):
-    _mixed(cli, crashed_mailer)
+def test_ls_is_sorted_by_last_activity_most_recent_first(mixed):
+    cli = mixed
     assert cli("resume", "stopped").code == 1  # fails again: now its last record is the newest
     runs = cli("ls", "--dir", str(cli.runs), "--json", timeout=30).json()
     assert runs[0]["run_id"] == "stopped"
@@ -109,8 +123,8 @@ def test_ls_is_sorted_by_last_activity_most_recent_first(cli, crashed_mailer):
     assert [r["file"] for r in untimed] == sorted(r["file"] for r in untimed)
 
 
-def test_the_text_lists_one_safe_line_per_run(cli, crashed_mailer):
-    _mixed(cli, crashed_mailer)
+def test_the_text_lists_one_safe_line_per_run(mixed):
+    cli = mixed
     done = cli("ls", "--dir", str(cli.runs), timeout=30)
     assert done.code == 0 and done.stderr == "", done
     lines = done.stdout.splitlines()
@@ -124,8 +138,8 @@ def test_the_text_lists_one_safe_line_per_run(cli, crashed_mailer):
     assert len(lines) == 1 + 8 + 1
 
 
-def test_status_filters_and_repeats(cli, crashed_mailer):
-    _mixed(cli, crashed_mailer)
+def test_status_filters_and_repeats(mixed):
+    cli = mixed
     where = ["--dir", str(cli.runs), "--json"]
     waiting = cli("ls", *where, "--status", "needs_operator", timeout=30).json()
     assert [r["run_id"] for r in waiting] == ["waits"]
@@ -199,10 +213,9 @@ def _drain(master: int, into: list[bytes]) -> None:
         into.append(chunk)
 
 
-@pytest.mark.parametrize("json_mode", [False, True], ids=["text", "json"])
-def test_a_long_listing_shows_progress_on_a_terminal_only_in_text_mode(cli, tmp_path, json_mode):
-    many = _many(cli, tmp_path, 8000)
-    proc, master = _on_a_terminal("ls", "--dir", str(many), *(["--json"] if json_mode else []))
+def _on_a_terminal_until_done(*args: str) -> tuple[int, bytes, bytes]:
+    """Run polyloop with stderr on a pseudo-terminal; its exit code, stdout and terminal output."""
+    proc, master = _on_a_terminal(*args)
     chunks: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(master, chunks), daemon=True)
     reader.start()
@@ -211,11 +224,16 @@ def test_a_long_listing_shows_progress_on_a_terminal_only_in_text_mode(cli, tmp_
         reader.join(timeout=10)
     finally:
         os.close(master)
-    seen = b"".join(chunks)
-    assert proc.returncode == 0
-    if json_mode:
-        assert b"reading runs" not in seen
-        assert len(json.loads(out)) == 8000
-    else:
-        assert b"reading runs" in seen and b"8000" in seen
-        assert out.decode().splitlines()[-1] == "8000 runs: 8000 finished"
+    return proc.returncode, out, b"".join(chunks)
+
+
+def test_a_long_listing_shows_progress_on_a_terminal_but_not_in_json_mode(cli, tmp_path):
+    many = _many(cli, tmp_path, 8000)
+    code, out, seen = _on_a_terminal_until_done("ls", "--dir", str(many))
+    assert code == 0
+    assert b"reading runs" in seen and b"8000" in seen
+    assert out.decode().splitlines()[-1] == "8000 runs: 8000 finished"
+
+    code, out, seen = _on_a_terminal_until_done("ls", "--dir", str(many), "--json")
+    assert code == 0 and b"reading runs" not in seen
+    assert len(json.loads(out)) == 8000
