@@ -1,7 +1,7 @@
 """`polyloop ls` on a directory of many small logs: one core against all of them.
 
     python benchmarks/ls.py                  # 10,000 logs of 5 steps, 5 interleaved repetitions
-    python benchmarks/ls.py --quick          # 500 logs, 3 repetitions: checks that it runs
+    python benchmarks/ls.py --quick          # 200 logs, 3 repetitions: checks that it runs
     python benchmarks/ls.py --logs 20000 --dir /mnt/other-fs
 
 Times `list_runs` (what `polyloop ls` runs) with `workers=1` and with one
@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="500 logs, 3 repetitions")
+    parser.add_argument("--quick", action="store_true", help="200 logs, 3 repetitions")
     parser.add_argument("--dir", default=None, help="where to write the logs (default: a temporary directory)")
     args = parser.parse_args(argv)
-    logs, reps = (500, 3) if args.quick else (args.logs, args.reps)
+    logs, reps = (200, 3) if args.quick else (args.logs, args.reps)
 
     from polyloop import list_runs, verify_logs
 
