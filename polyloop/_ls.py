@@ -255,9 +255,11 @@ def list_runs(
 
     Raises:
         ValueError: a status in `statuses` is not one of `STATUSES`.
+        RuntimeError: called from a running event loop (it would block it).
         FileNotFoundError, NotADirectoryError, PermissionError: the
             directory cannot be listed.
     """
+    _refuse_inside_a_loop()
     wanted = None if statuses is None else frozenset(statuses)
     if wanted is not None and not wanted <= set(STATUSES):
         bad = ", ".join(sorted(wanted - set(STATUSES)))
@@ -272,6 +274,16 @@ def list_runs(
     if wanted is not None:
         found = [s for s in found if s.status in wanted]
     return sorted(found, key=_sort_key)
+
+
+def _refuse_inside_a_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "list_runs blocks: from async code, call it with `await asyncio.to_thread(list_runs, ...)`"
+    )
 
 
 def _in_pool(

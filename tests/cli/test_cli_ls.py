@@ -237,3 +237,26 @@ def test_a_long_listing_shows_progress_on_a_terminal_but_not_in_json_mode(cli, t
     code, out, seen = _on_a_terminal_until_done("ls", "--dir", str(many), "--json")
     assert code == 0 and b"reading runs" not in seen
     assert len(json.loads(out)) == 8000
+
+    # Ctrl-C reaches the whole foreground group: ls and its workers stop, with 130.
+    proc, master = _on_a_terminal("ls", "--dir", str(many))
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(master, chunks), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while b"reading runs" not in b"".join(chunks) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no progress bar"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        reader.join(timeout=10)  # EOF only once every worker has closed the terminal too
+        assert not reader.is_alive(), "a worker outlived ls"
+    finally:
+        os.close(master)
+    assert proc.returncode == 130, out
+    assert b"interrupted" in b"".join(chunks)

@@ -83,6 +83,12 @@ async def test_a_run_held_by_a_live_holder_is_active(tmp_path):
     assert free.status == "resumable"
 
 
+async def test_it_refuses_to_block_a_running_event_loop(tmp_path):
+    write(tmp_path, "r")
+    with pytest.raises(RuntimeError, match="asyncio.to_thread"):
+        list_runs(tmp_path)
+
+
 def test_most_recent_activity_first_then_runs_without_a_time(tmp_path):
     write(tmp_path, "old", at="2026-11-30T10:00:00.000000Z")
     write(tmp_path, "new", at="2026-12-01T10:00:00.000000Z")
