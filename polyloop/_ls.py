@@ -27,7 +27,9 @@ from .stores import JsonlStore
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+# Non-blocking, so a FIFO cannot make the open wait for a writer; no controlling
+# terminal, should a name lead to one.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
 
 
@@ -105,7 +107,7 @@ def _read_regular(path: Path, run_id: str) -> bytes:
     except FileNotFoundError:
         raise RunNotFoundError(run_id, str(path.parent)) from None
     except OSError as exc:
-        raise _NotALog(f"cannot read it: {exc.strerror}") from exc
+        raise _NotALog(_unopenable(path, exc)) from exc
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -118,6 +120,17 @@ def _read_regular(path: Path, run_id: str) -> bytes:
         raise _NotALog(f"cannot read it: {exc.strerror}") from exc
     finally:
         os.close(fd)
+
+
+def _unopenable(path: Path, exc: OSError) -> str:
+    # A socket cannot be opened at all (ENXIO): name what it is, not the errno.
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return f"cannot read it: {exc.strerror}"
+    if stat.S_ISREG(mode):
+        return f"cannot read it: {exc.strerror}"
+    return f"it is {_kind_of(mode)}, not a regular file"
 
 
 def _kind_of(mode: int) -> str:

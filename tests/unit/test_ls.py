@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import socket
 from pathlib import Path
 
 import orjson
@@ -122,15 +123,20 @@ def test_entries_that_cannot_be_run_logs_are_listed_as_corrupt(tmp_path):
     os.mkfifo(tmp_path / "fifo.jsonl")  # an ordinary read would wait for a writer forever
     (tmp_path / "dir.jsonl").mkdir()
     os.symlink(tmp_path / "fifo.jsonl", tmp_path / "link.jsonl")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "sock.jsonl"))
     raw = os.fsencode(tmp_path) + b"/caf\xe9.jsonl"  # not UTF-8
     with open(raw, "wb") as f:
         f.write(b"x")
     (tmp_path / "other.txt").write_text("not a log")
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "nested")  # not a run of this directory
-    runs = {s.file: s for s in list_runs(tmp_path)}
+    try:
+        runs = {s.file: s for s in list_runs(tmp_path)}
+    finally:
+        listener.close()
     assert set(runs) == {"good.jsonl", "bad name.jsonl", ".hidden.jsonl", "fifo.jsonl", "dir.jsonl",
-                         "link.jsonl", "caf\\xe9.jsonl"}
+                         "link.jsonl", "sock.jsonl", "caf\\xe9.jsonl"}
     assert runs["good.jsonl"].status == "finished"
     reasons = {
         "bad name.jsonl": "not a safe run id",
@@ -139,6 +145,7 @@ def test_entries_that_cannot_be_run_logs_are_listed_as_corrupt(tmp_path):
         "fifo.jsonl": "it is a FIFO, not a regular file",
         "link.jsonl": "it is a FIFO, not a regular file",
         "dir.jsonl": "it is a directory, not a regular file",
+        "sock.jsonl": "it is a socket, not a regular file",
     }
     for file, why in reasons.items():
         s = runs[file]
