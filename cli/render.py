@@ -571,8 +571,8 @@ def ls_report(runs: Sequence[RunSummary], directory: str, statuses: Sequence[str
     ]
     widths = [max(len(r[i]) for r in [_LS_HEADER, *rows]) for i in range(5)]
     table = Text()
-    head = "  ".join(h.ljust(w) if i != 3 else h.rjust(w) for i, (h, w) in enumerate(zip(_LS_HEADER, widths)))
-    table.append(head + "  REASON\n", style="bold")
+    cells = [h.rjust(w) if h == "STEPS" else h.ljust(w) for h, w in zip(_LS_HEADER, widths)]
+    table.append("  ".join([*cells, _LS_HEADER[-1]]) + "\n", style="bold")
     for run, status, waits, steps, when, reason in rows:
         table.append(run.ljust(widths[0]) + "  ")
         table.append(status.ljust(widths[1]), style=_STATUS_STYLE.get(status, ""))

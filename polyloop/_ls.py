@@ -164,14 +164,17 @@ def _not_a_log(name: str, why: str) -> RunSummary:
     )
 
 
-def _iso(at: object) -> str | None:
+def _moment(at: object) -> datetime | None:
+    """`at` as an aware UTC time, or None when it is not an ISO time (logs are untrusted)."""
     if not isinstance(at, str):
         return None
     try:
-        datetime.fromisoformat(at)
-    except ValueError:
+        moment = datetime.fromisoformat(at)
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=timezone.utc)  # our writers always write UTC
+        return moment.astimezone(timezone.utc)
+    except (ValueError, OverflowError):  # e.g. year 1 at +01:00 has no UTC time
         return None
-    return at
 
 
 async def _summarize(store: JsonlStore, name: str) -> RunSummary | None:
@@ -193,7 +196,7 @@ async def _summarize(store: JsonlStore, name: str) -> RunSummary | None:
         status=report.status,
         waiting=tuple(str(w["kind"]) for w in report.waiting),
         steps=report.recovery.completed_steps if report.recovery is not None else 0,
-        updated=_iso(getattr(last, "at", None)),
+        updated=last.at if last is not None and _moment(last.at) is not None else None,
         reason=report.reason,
         file=name,
     )
@@ -230,11 +233,9 @@ def _find_run_logs(directory: str | os.PathLike[str]) -> list[str]:
 
 
 def _sort_key(s: RunSummary) -> tuple[int, float, str]:
-    if s.updated is None:
+    moment = _moment(s.updated)
+    if moment is None:
         return (1, 0.0, s.file)
-    moment = datetime.fromisoformat(s.updated)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)  # our writers always write UTC
     return (0, -moment.timestamp(), s.file)
 
 

@@ -97,11 +97,13 @@ def test_most_recent_activity_first_then_runs_without_a_time(tmp_path):
     write(tmp_path, "tie-a", at="2026-12-01T09:00:00.000000Z")
     write(tmp_path, "offset", at="2026-12-01T11:30:00+02:00")  # 09:30 UTC
     write(tmp_path, "no-time", at="yesterday")
+    write(tmp_path, "no-utc", at="0001-01-01T00:00:00+01:00")  # ISO, but before any UTC time
     (tmp_path / "y.jsonl").mkdir()
     runs = list_runs(tmp_path)
-    assert [s.run_id for s in runs] == ["new", "offset", "tie-a", "tie-b", "old", "no-time", "y"]
+    assert [s.run_id for s in runs] == ["new", "offset", "tie-a", "tie-b", "old", "no-time", "no-utc", "y"]
     assert runs[0].updated == "2026-12-01T10:00:00.000000Z"
     assert runs[1].updated == "2026-12-01T11:30:00+02:00"  # as written
+    assert runs[-3].updated is None and runs[-3].status == "finished"
     assert runs[-2].updated is None and runs[-2].status == "finished"
 
 
