@@ -250,8 +250,9 @@ def list_runs(
 
     Each `<run_id>.jsonl` directly in `directory` is judged by `inspect_run`
     (so the status is the one `polyloop inspect` gives) and summarized as a
-    `RunSummary`. Read-only, like `inspect_run`: no lock is taken, no torn
-    tail sealed, nothing written. An entry that cannot be a run's log is
+    `RunSummary`. Read-only, like `inspect_run`: the run's lock is never
+    taken (only probed for a live holder, as `inspect` does), no torn tail
+    is sealed, nothing is written. An entry that cannot be a run's log is
     listed as `corrupt` with a reason, never raised. Runs without a time
     come last; ties are broken by file name.
 
@@ -268,7 +269,8 @@ def list_runs(
         The summaries, sorted by last activity, most recent first.
 
     Raises:
-        ValueError: a status in `statuses` is not one of `STATUSES`.
+        ValueError: a status in `statuses` is not one of `finished`,
+            `needs_operator`, `resumable`, `corrupt`, `active`.
         RuntimeError: called from a running event loop (it would block it).
         FileNotFoundError, NotADirectoryError, PermissionError: the
             directory cannot be listed.
