@@ -13,7 +13,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from . import errors, inspect_cmd, ls, mark_resolved, resume, run, verify
+from . import errors, inspect_cmd, mark_resolved, resume, run, verify
+from . import ls
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
 
