@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import batch, errors, inspect_cmd, mark_resolved, resume, run, verify
-from . import submit, worker
+from . import ls, submit, worker
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
 
@@ -123,6 +123,7 @@ app.command("run", short_help="Start a new run of an agent; prints its run id.")
 app.command("inspect", short_help="Show a run's steps, states, and what resume would do.")(
     inspect_cmd.command
 )
+app.command("ls", short_help="List the runs of a directory: status, what waits, last activity.")(ls.command)
 app.command("mark-resolved", short_help="Settle an unknown `never` action as executed or not.")(
     mark_resolved.command
 )

@@ -15,10 +15,12 @@ import os
 import re
 import shlex
 import sys
+import time
 import traceback
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -34,6 +36,7 @@ from polyloop import (
     Recovery,
     RunReport,
     RunResult,
+    RunSummary,
     VerifyReport,
     default_directory,
 )
@@ -537,3 +540,88 @@ def verify_progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None
 
     with progress:
         yield advance
+
+
+# -- ls ----------------------------------------------------------------------
+
+LS_REASON = 100  # characters of a reason in a line of `ls`; --json has the whole
+_LS_HEADER = ("RUN", "STATUS", "WAITS FOR", "STEPS", "UPDATED", "REASON")
+
+
+def _waits(kinds: Sequence[str]) -> str:
+    counts = {k: kinds.count(k) for k in kinds}
+    return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in counts.items()) or "-"
+
+
+def _when(updated: str | None) -> str:
+    """A record's ISO time as `2026-12-01T08:36:03Z` (to the second, UTC)."""
+    if updated is None:
+        return "-"
+    moment = datetime.fromisoformat(updated)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ls_report(runs: Sequence[RunSummary], directory: str, statuses: Sequence[str]) -> None:
+    """`polyloop ls`: one aligned line per run, then how many of each status."""
+    console = out()
+    if not runs:
+        which = f" with status {' or '.join(statuses)}" if statuses else ""
+        _line(console, f"no runs{which} in {directory}")
+        return
+    rows = [
+        (clip(s.run_id, 60), s.status, clip(_waits(s.waiting), 40), str(s.steps), _when(s.updated), clip(s.reason, LS_REASON))
+        for s in runs
+    ]
+    widths = [max(len(r[i]) for r in [_LS_HEADER, *rows]) for i in range(5)]
+    table = Text()
+    cells = [h.rjust(w) if h == "STEPS" else h.ljust(w) for h, w in zip(_LS_HEADER, widths)]
+    table.append("  ".join([*cells, _LS_HEADER[-1]]) + "\n", style="bold")
+    for run, status, waits, steps, when, reason in rows:
+        table.append(run.ljust(widths[0]) + "  ")
+        table.append(status.ljust(widths[1]), style=_STATUS_STYLE.get(status, ""))
+        table.append(f"  {waits.ljust(widths[2])}  {steps.rjust(widths[3])}  {when.ljust(widths[4])}  {reason}\n")
+    counts = {status: 0 for status in _STATUS_STYLE}  # in the order of the statuses
+    for s in runs:
+        counts[s.status] += 1
+    tally = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    table.append(f"{len(runs)} run{'' if len(runs) == 1 else 's'}: {tally}", style="dim")
+    console.print(table, soft_wrap=True)
+    console.file.flush()
+
+
+@contextmanager
+def ls_progress(enabled: bool, *, after: float = 0.3) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr for `list_runs`, shown only once it has taken `after` seconds."""
+    if not enabled:
+        yield None
+        return
+    # No refresh thread, as for verify: ls forks worker processes.
+    progress = Progress(
+        TextColumn("reading runs"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
+        transient=True,
+        auto_refresh=False,
+    )
+    task = progress.add_task("ls", total=None)
+    start = time.monotonic()
+    shown = False
+
+    def advance(done: int, total: int) -> None:
+        nonlocal shown
+        if not shown:
+            if done >= total or time.monotonic() - start < after:
+                return
+            progress.start()
+            shown = True
+        progress.update(task, completed=done, total=total)
+        progress.refresh()
+
+    try:
+        yield advance
+    finally:
+        if shown:
+            progress.stop()

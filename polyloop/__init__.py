@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._ids import check_run_id, new_run_id
 from ._inspect import RunReport, inspect_run, mark_resolved
+from ._ls import RunSummary, list_runs
 from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
@@ -92,6 +93,7 @@ __all__ = [
     "RunReport",
     "RunResult",
     "RunStarted",
+    "RunSummary",
     "SCHEMA_VERSION",
     "SchemaVersionError",
     "ScriptedModel",
@@ -113,6 +115,7 @@ __all__ = [
     "default_directory",
     "encode_record",
     "inspect_run",
+    "list_runs",
     "load_target",
     "mark_resolved",
     "new_run_id",

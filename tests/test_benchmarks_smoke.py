@@ -55,3 +55,13 @@ def test_quick_run_prints_every_figure_and_the_targets(tmp_path):
 def test_quick_peers_run_when_installed(tmp_path):
     out = _run("--only", "peers", "--peers-python", str(PEERS_PYTHON), tmp_path=tmp_path)
     assert "LangGraph (SqliteSaver, sync)" in out and "DBOS (SQLite)" in out, out
+
+
+def test_the_ls_benchmark_runs_and_cleans_up(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ls.py"), "--quick", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "`list_runs`, 1 worker" in proc.stdout and "Speed-up of" in proc.stdout, proc.stdout
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,75 @@
+"""`polyloop ls`: the runs of a directory, what each waits for, most recent first."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from typing import Annotated
+
+import typer
+
+from polyloop import list_runs
+
+from . import options, render
+from .errors import BadInput, Scope, failures
+
+
+class Status(str, enum.Enum):
+    """The statuses of `inspect --json`, as `--status` takes them."""
+
+    finished = "finished"
+    needs_operator = "needs_operator"
+    resumable = "resumable"
+    corrupt = "corrupt"
+    active = "active"
+
+
+def command(
+    directory: options.Directory = None,
+    status: Annotated[
+        list[Status] | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            help="Show only runs with this status (repeat for several): finished, "
+            "needs_operator, resumable, corrupt or active.",
+            show_default=False,
+        ),
+    ] = None,
+    json: options.Json = False,
+) -> None:
+    """List the runs of DIR: status, what each waits for, steps, last activity.
+
+    One line per run, most recent activity first (the time of the log's
+    last record, UTC): the run id, its status as `polyloop inspect` gives it
+    (finished, needs_operator, resumable, corrupt, active), the kinds of
+    what waits for a person (e.g. unknown: an action to settle with
+    mark-resolved), completed steps, and why it finished or stopped. Every
+    run is judged as `inspect` judges it; logs are read on all cores, with a
+    progress bar on a terminal when it takes more than a moment. Read-only:
+    no lock is taken and nothing is written. A *.jsonl entry that cannot be
+    a run's log (an unsafe file name, a FIFO, a directory, an unreadable
+    file) is listed as corrupt, with a reason that starts `not a run log:`.
+
+    Exit: 0 whenever DIR could be read, whatever the runs' statuses; 2 DIR
+    does not exist (or is not a directory) or a --status is unknown.
+
+    \b
+    Example:
+      polyloop ls --status needs_operator
+      polyloop ls --json | jq -r '.[] | select(.waiting != []) | .run_id'
+    """
+    where = options.directory(directory)
+    wanted = [s.value for s in status or []]
+    with failures(Scope(json=json, directory=where)):
+        show = not json and sys.stderr.isatty()
+        try:
+            with render.ls_progress(show) as progress:
+                runs = list_runs(where, statuses=wanted or None, progress=progress)
+        except OSError as exc:
+            raise BadInput(f"cannot list runs in {where}: {exc.strerror or exc}") from exc
+        if json:
+            render.print_json([s.to_json() for s in runs])
+        else:
+            render.ls_report(runs, where, wanted)
+    raise typer.Exit(0)

@@ -1,0 +1,326 @@
+"""Listing the runs of a directory with their status (what `polyloop ls` runs).
+
+Each run is judged by `inspect_run` itself, so `ls` and `inspect` cannot
+disagree; what `ls` adds is finding the logs, reading them without ever
+blocking on something that is not a file, and spreading the work over the
+machine's cores the way `verify_logs` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, get_args
+
+from ._codec import ParsedLog, parse_log
+from ._errors import InvalidRunIdError, RunNotFoundError
+from ._ids import check_run_id
+from ._inspect import RunStatus, inspect_run
+from ._verify import _ignore_sigint
+from .stores import JsonlStore
+
+STATUSES: tuple[str, ...] = get_args(RunStatus)
+_SUFFIX = ".jsonl"
+# Non-blocking, so a FIFO cannot make the open wait for a writer; no controlling
+# terminal, should a name lead to one.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+_IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One line of `polyloop ls`: a run's status, what waits, and when it last moved.
+
+    Attributes:
+        run_id: the run (the file name without `.jsonl`; for a file whose name
+            is not a safe run id, that name with undecodable bytes escaped).
+        status: as `inspect_run` says: `finished`, `needs_operator`,
+            `resumable`, `corrupt` or `active`. An entry that cannot be a
+            run's log (an unsafe file name, a FIFO or directory named
+            `*.jsonl`, a file that cannot be read) is `corrupt`, with a
+            reason that starts `not a run log:`.
+        waiting: the `kind` of each entry of `RunReport.waiting`, in order
+            (one per entry, so its length is how many things wait).
+        steps: completed steps (0 when corrupt).
+        updated: the `at` of the log's last record, as written (ISO 8601
+            UTC), or None when there is none or it is not an ISO time.
+        reason: `RunReport.reason`: why it finished or stopped.
+        file: the entry's name in the directory.
+
+    Not guaranteed: the summary is a snapshot; a live run may have moved on
+    by the time it is read.
+    """
+
+    run_id: str
+    status: RunStatus
+    waiting: tuple[str, ...]
+    steps: int
+    updated: str | None
+    reason: str
+    file: str
+
+    def to_json(self) -> dict[str, Any]:
+        """One object of the `ls --json` array (docs/reference/json.md)."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "waiting": list(self.waiting),
+            "steps": self.steps,
+            "updated": self.updated,
+            "reason": self.reason,
+            "file": self.file,
+        }
+
+
+class _NotALog(Exception):
+    """The entry named `*.jsonl` is not something a run's log can be."""
+
+
+class _Snapshot:
+    """A `JsonlStore` seen by `inspect_run` through a read that cannot hang.
+
+    `JsonlStore` reads with a plain open(2), which waits forever on a FIFO;
+    here the log is opened non-blocking and refused unless it is a regular
+    file. Only the two reads `inspect_run` makes are offered (the holder
+    probe, then the log), in the order it makes them, so nothing is written.
+    """
+
+    def __init__(self, store: JsonlStore) -> None:
+        self._store = store
+
+    def holder(self, run_id: str) -> str | None:
+        return self._store.holder(run_id)
+
+    async def read_parsed(self, run_id: str) -> ParsedLog:
+        return parse_log(_read_regular(self._store.path(run_id), run_id))
+
+
+def _read_regular(path: Path, run_id: str) -> bytes:
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise RunNotFoundError(run_id, str(path.parent)) from None
+    except OSError as exc:
+        raise _NotALog(_unopenable(path, exc)) from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotALog(f"it is {_kind_of(mode)}, not a regular file")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _NotALog(f"cannot read it: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _unopenable(path: Path, exc: OSError) -> str:
+    # A socket cannot be opened at all (ENXIO): name what it is, not the errno.
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return f"cannot read it: {exc.strerror}"
+    if stat.S_ISREG(mode):
+        return f"cannot read it: {exc.strerror}"
+    return f"it is {_kind_of(mode)}, not a regular file"
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _shown_name(name: str) -> str:
+    # File names that are not UTF-8 arrive with surrogate escapes, which no
+    # JSON encoder accepts: show their bytes as `\xNN` instead.
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _not_a_log(name: str, why: str) -> RunSummary:
+    return RunSummary(
+        run_id=_shown_name(name[: -len(_SUFFIX)]),
+        status="corrupt",
+        waiting=(),
+        steps=0,
+        updated=None,
+        reason=f"not a run log: {why}",
+        file=_shown_name(name),
+    )
+
+
+def _moment(at: object) -> datetime | None:
+    """`at` as an aware UTC time, or None when it is not an ISO time (logs are untrusted)."""
+    if not isinstance(at, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(at)
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=timezone.utc)  # our writers always write UTC
+        return moment.astimezone(timezone.utc)
+    except (ValueError, OverflowError):  # e.g. year 1 at +01:00 has no UTC time
+        return None
+
+
+async def _summarize(store: JsonlStore, name: str) -> RunSummary | None:
+    """The summary of the entry `name` of the store's directory (None if it is gone)."""
+    run_id = name[: -len(_SUFFIX)]
+    try:
+        check_run_id(run_id)
+    except InvalidRunIdError:
+        return _not_a_log(name, "the file name is not a safe run id (letters, digits, '.', '_', '-')")
+    try:
+        report = await inspect_run(_Snapshot(store), run_id)  # type: ignore[arg-type]
+    except RunNotFoundError:
+        return None  # removed since the directory was listed
+    except _NotALog as exc:
+        return _not_a_log(name, str(exc))
+    last = report.records[-1] if report.records else None
+    return RunSummary(
+        run_id=run_id,
+        status=report.status,
+        waiting=tuple(str(w["kind"]) for w in report.waiting),
+        steps=report.recovery.completed_steps if report.recovery is not None else 0,
+        updated=last.at if last is not None and _moment(last.at) is not None else None,
+        reason=report.reason,
+        file=name,
+    )
+
+
+def _summarize_many(directory: str, names: list[str]) -> list[RunSummary]:
+    return asyncio.run(_summaries(directory, names, None, 0, len(names)))
+
+
+async def _summaries(
+    directory: str,
+    names: list[str],
+    progress: Callable[[int, int], None] | None,
+    done: int,
+    total: int,
+) -> list[RunSummary]:
+    store = JsonlStore(directory)
+    found = []
+    for name in names:
+        summary = await _summarize(store, name)
+        if summary is not None:
+            found.append(summary)
+        done += 1
+        if progress and (done % 64 == 0 or done == total):
+            progress(done, total)
+    return found
+
+
+def _find_run_logs(directory: str | os.PathLike[str]) -> list[str]:
+    # Not recursive, unlike verify: a run's log is `<directory>/<run_id>.jsonl`.
+    # Entries that are not regular files are kept: they are reported.
+    with os.scandir(directory) as entries:
+        return sorted(e.name for e in entries if e.name.endswith(_SUFFIX))
+
+
+def _sort_key(s: RunSummary) -> tuple[int, float, str]:
+    moment = _moment(s.updated)
+    if moment is None:
+        return (1, 0.0, s.file)
+    return (0, -moment.timestamp(), s.file)
+
+
+def list_runs(
+    directory: str | os.PathLike[str],
+    *,
+    statuses: Iterable[str] | None = None,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[RunSummary]:
+    """Summarize every run of `directory`, most recent activity first.
+
+    Each `<run_id>.jsonl` directly in `directory` is judged by `inspect_run`
+    (so the status is the one `polyloop inspect` gives) and summarized as a
+    `RunSummary`. Read-only, like `inspect_run`: the run's lock is never
+    taken (only probed for a live holder, as `inspect` does), no torn tail
+    is sealed, nothing is written. An entry that cannot be a run's log is
+    listed as `corrupt` with a reason, never raised. Runs without a time
+    come last; ties are broken by file name.
+
+    Blocking: from async code, call it with `await asyncio.to_thread(...)`.
+
+    Args:
+        directory: the run directory (as `JsonlStore(directory)`).
+        statuses: keep only runs with one of these statuses (None: all).
+        workers: processes to use (default: one per core; 1 means in-process;
+            fewer than 64 logs are always done in-process).
+        progress: called with `(logs_done, logs_total)` as work completes.
+
+    Returns:
+        The summaries, sorted by last activity, most recent first.
+
+    Raises:
+        ValueError: a status in `statuses` is not one of `finished`,
+            `needs_operator`, `resumable`, `corrupt`, `active`.
+        RuntimeError: called from a running event loop (it would block it).
+        FileNotFoundError, NotADirectoryError, PermissionError: the
+            directory cannot be listed.
+    """
+    _refuse_inside_a_loop()
+    wanted = None if statuses is None else frozenset(statuses)
+    if wanted is not None and not wanted <= set(STATUSES):
+        bad = ", ".join(sorted(wanted - set(STATUSES)))
+        raise ValueError(f"unknown status {bad}: use {', '.join(STATUSES)}")
+    names = _find_run_logs(directory)
+    where = os.fspath(directory)
+    workers = workers or os.cpu_count() or 1
+    if workers <= 1 or len(names) < _IN_PROCESS_BELOW:
+        found = asyncio.run(_summaries(where, names, progress, 0, len(names)))
+    else:
+        found = _in_pool(where, names, workers, progress)
+    if wanted is not None:
+        found = [s for s in found if s.status in wanted]
+    return sorted(found, key=_sort_key)
+
+
+def _refuse_inside_a_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "list_runs blocks: from async code, call it with `await asyncio.to_thread(list_runs, ...)`"
+    )
+
+
+def _in_pool(
+    directory: str, names: list[str], workers: int, progress: Callable[[int, int], None] | None
+) -> list[RunSummary]:
+    total = len(names)
+    size = max(16, min(256, total // (workers * 8) or 1))
+    chunks = [names[i : i + size] for i in range(0, total, size)]
+    found: list[RunSummary] = []
+    done = 0
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    try:
+        for chunk, batch in zip(chunks, pool.map(_summarize_many, [directory] * len(chunks), chunks)):
+            found.extend(batch)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+    except BaseException:
+        # As in verify_logs: the workers ignore Ctrl-C; this process drops
+        # the work not yet started and re-raises.
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return found
