@@ -22,7 +22,7 @@ from ._codec import ParsedLog, parse_log
 from ._errors import InvalidRunIdError, RunNotFoundError
 from ._ids import check_run_id
 from ._inspect import RunStatus, inspect_run
-from ._verify import _ignore_sigint
+from .stores._verify import _ignore_sigint
 from .stores import JsonlStore
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
