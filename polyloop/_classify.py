@@ -351,6 +351,11 @@ class Walker:
         """The verdict so far (None without a valid `run_started`)."""
         if self.started is None or (self.problems and self.problems[0].index == 0):
             return None
+        with paused_gc():  # hundreds of thousands of objects, no cycles among them
+            return self._freeze()
+
+    def _freeze(self) -> Recovery:
+        assert self.started is not None
         frozen: dict[int, Execution] = {}
         for x in self._order:
             st = self.steps[x.intent.step - 1]
