@@ -73,7 +73,7 @@ def _last_at(log: Path) -> str:
         try:
             records.append(json.loads(line))
         except ValueError:
-            break  # a torn tail (or the line that makes a log corrupt)
+            continue  # a torn tail, or the line that makes a log corrupt (later records still count)
     return records[-1]["at"]
 
 
