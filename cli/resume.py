@@ -9,7 +9,7 @@ import typer
 
 from polyloop import JsonlStore, resume_run
 
-from . import options, render
+from . import alerts, options, render
 from .errors import Scope, failures, result_code
 
 RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
@@ -22,7 +22,10 @@ def command(run_id: RunId, directory: options.Directory = None) -> None:
     call or tool call is repeated), unanswered model calls are re-issued as
     new attempts, unknown `safe` actions are replayed, and operators'
     resolutions are honoured. An unknown `never` action stops the run (exit 3)
-    with the exact `polyloop mark-resolved` commands that settle it. A
+    with the exact `polyloop mark-resolved` commands that settle it, unless
+    its tool declares `reconcile`, which settles it by asking the world. A
+    failed verification prints an ALERT line; one that no rollback undid
+    stops the run (exit 3) too. A
     finished run is reported, not re-run; a corrupt log is refused.
 
     Exit: 0 finished, 1 the run ended in an error (or the log is corrupt, or
@@ -38,6 +41,10 @@ def command(run_id: RunId, directory: options.Directory = None) -> None:
     with failures(Scope(directory=where, run_id=run_id, resumable=True)):
         store = JsonlStore(where)
         begins = lambda next_step: render.resume_begins(run_id, next_step)  # noqa: E731
-        result = asyncio.run(resume_run(run_id, store=store, on_resume=begins))
+        since = alerts.now()
+        try:
+            result = asyncio.run(resume_run(run_id, store=store, on_resume=begins))
+        finally:
+            alerts.warn_since(store, run_id, since)
         render.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))

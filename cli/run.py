@@ -9,7 +9,7 @@ import typer
 
 from polyloop import JsonlStore, RunExistsError, check_run_id, load_target, new_run_id, run_target
 
-from . import options, render
+from . import alerts, options, render
 from .errors import Scope, failures, result_code
 
 
@@ -65,8 +65,9 @@ def command(
 
     Exit: 0 finished (final answer, or step budget spent), 1 the run ended in
     an error, 2 bad input (target, id, flags), 3 an unknown `never` action
-    needs an operator (the mark-resolved commands are printed), 130
-    interrupted (the run stays resumable).
+    or an alert (a failed verification no rollback undid) needs an operator
+    (the mark-resolved commands are printed), 130 interrupted (the run stays
+    resumable). Every failed verification also prints an ALERT line on stderr.
 
     \b
     Example:
@@ -83,8 +84,12 @@ def command(
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
         render.run_begins(rid, store.path(rid))
-        result = asyncio.run(
-            run_target(target, goal=goal or "", store=store, run_id=rid, max_steps=max_steps, agent=agent)
-        )
+        since = alerts.now()
+        try:
+            result = asyncio.run(
+                run_target(target, goal=goal or "", store=store, run_id=rid, max_steps=max_steps, agent=agent)
+            )
+        finally:
+            alerts.warn_since(store, rid, since)
         render.run_result(result)
     raise typer.Exit(result_code(result.reason))

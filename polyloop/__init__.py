@@ -12,6 +12,7 @@ record one indivisible act.
 from ._agent import Agent, RunResult, default_directory
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
+    AlertError,
     CorruptLogError,
     InvalidInputError,
     InvalidRunIdError,
@@ -34,6 +35,8 @@ from ._inspect import RunReport, inspect_run, mark_resolved
 from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
+    ActionResult,
+    GuardCheck,
     RecordError,
     Intent,
     ModelCallResult,
@@ -47,17 +50,20 @@ from ._records import decode as decode_record
 from ._records import encode as encode_record
 from ._store import LockingStore, Store
 from ._target import load_target, resume_run, run_target
-from ._tools import Tool, ToolContext, tool
+from ._tools import Reconciled, Tool, ToolContext, executed, not_executed, tool, unknown
 from ._verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActionResult",
     "Agent",
+    "AlertError",
     "CorruptLogError",
     "Execution",
     "FileVerdict",
+    "GuardCheck",
     "Intent",
     "InvalidInputError",
     "InvalidRunIdError",
@@ -71,6 +77,7 @@ __all__ = [
     "NeedsOperatorError",
     "PolyLoopError",
     "Problem",
+    "Reconciled",
     "Record",
     "RecordError",
     "Recovery",
@@ -104,13 +111,16 @@ __all__ = [
     "decode_record",
     "default_directory",
     "encode_record",
+    "executed",
     "inspect_run",
     "load_target",
     "mark_resolved",
     "new_run_id",
+    "not_executed",
     "resume_run",
     "run_target",
     "tool",
+    "unknown",
     "verify_file",
     "verify_logs",
 ]

@@ -223,6 +223,30 @@ class NeedsOperatorError(PolyLoopError):
         )
 
 
+class AlertError(NeedsOperatorError):
+    """The run stopped at a failed verification that no rollback undid (log format 1.1).
+
+    The tool's rollback kind is `alert`, it declares none, or the rollback
+    itself failed: the bad state is left for a person to investigate.
+    Settle it with `polyloop mark-resolved RUN RESULT_ID --executed` (the
+    effect stands) or `--not-executed` (it has no effect), then resume.
+    Differs from its base only in what stopped the run: the outcome is
+    known, and wrong.
+    """
+
+    def __init__(self, run_id: str, executions: Sequence[Any]) -> None:
+        NeedsOperatorError.__init__(self, run_id, executions)
+        e = self.executions[0]
+        ver = getattr(e, "verification", None)
+        why = ver.reason if ver is not None and ver.reason else "it returned False"
+        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        self.args = (
+            f"run {run_id!r} needs an operator: the verification of {e.tool}({_short_args(e.args)}) "
+            f"result id {e.result_id} failed ({why}) and nothing undid it; check the world, then "
+            f"settle it with `{settle} --executed` or `--not-executed`, then resume",
+        )
+
+
 class ResolutionError(PolyLoopError):
     """mark-resolved named an execution that is not an open unknown of the run."""
 
