@@ -152,7 +152,11 @@ def _ask_the_bank(args: dict, ctx: ToolContext):
 
 
 def agent() -> Agent:
-    """The agent target: `polyloop run examples/transfer.py:agent --goal "..."`."""
+    """The agent target: `polyloop run examples/transfer.py:agent --goal "..."`.
+
+    Opens the bank first: a new one gets alice 1000 and bob 0; an existing one is left as it is.
+    """
+    open_bank({"alice": 1000, "bob": 0})
     return Agent(model=ScriptedModel(SCRIPT), tools=[transfer])
 
 
@@ -163,7 +167,6 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("BANK_DB", str(Path(tmp) / "bank.sqlite"))
-        open_bank({"alice": 1000, "bob": 0})
         result = asyncio.run(agent().run(GOAL, store=JsonlStore(Path(tmp) / "runs")))
         print(f"{result.reason}: {result.text}")
         print(f"alice {balance('alice')}, bob {balance('bob')}")

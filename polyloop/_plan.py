@@ -276,14 +276,14 @@ def _guarded(step: int, last: Any, call: dict[str, Any]) -> Next | None:
         return Complete(step, rid, tool, text + (f": {res.reason}" if res.reason else ""), True, "settled")
     reconciled = last.reconciled
     if last.resolution is None and reconciled is not None and reconciled.outcome == "executed":
-        if ver is None and last.guards.get("verify"):
+        if ver is None and (last.guards or {}).get("verify"):
             return Verify(step, rid, tool, reconciled.observation or "")
         return Complete(step, rid, tool, reconciled.observation or "", False, "reconciled")
     if last.returned is not None:
         if ver is None:
             return Verify(step, rid, tool, last.returned.observation)
         return Complete(step, rid, tool, last.returned.observation, last.returned.is_error, "verified")
-    if state == "unknown" and last.replay != "safe" and last.guards.get("reconcile"):
+    if state == "unknown" and last.replay != "safe" and (last.guards or {}).get("reconcile"):
         return Reconcile(step, rid, tool)
     return None
 

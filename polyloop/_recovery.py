@@ -6,7 +6,7 @@ resume, the CLI) reads them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._records import (
@@ -47,7 +47,7 @@ class Execution:
         reconciled: the tool's reconcile `Resolution`, if any.
         reconcile_check: a reconcile that could not tell (`GuardCheck`), if any.
         rollbacks: its rollback executions, in order.
-        guards: what `run_started` recorded about the tool's guards (empty: none).
+        guards: what `run_started` recorded about the tool's guards (None or empty: none).
     """
 
     result_id: str
@@ -65,7 +65,7 @@ class Execution:
     reconciled: Resolution | None = None
     reconcile_check: GuardCheck | None = None
     rollbacks: tuple[Execution, ...] = ()
-    guards: dict[str, Any] = field(default_factory=dict)
+    guards: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> Resolution | None:
