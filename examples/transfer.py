@@ -15,7 +15,7 @@ four guards (docs/how-to/guard-a-side-effect.md):
   asked whether a transfer with this idempotency key exists.
 
 Fault switches (environment, read by the tool and its guards):
-`TRANSFER_CRASH=before_precondition|after_transfer|in_refund` kills the
+`TRANSFER_CRASH=before_precondition|after_transfer|in_verify|in_refund|in_reconcile` kills the
 process with SIGKILL at that point; `TRANSFER_SKIM=N` makes the bank credit N
 less than asked (a bug the verification catches).
 
@@ -117,6 +117,7 @@ def _enough_money(args: dict, ctx: ToolContext) -> bool | str:
 
 @transfer.verify
 def _credited(args: dict, result: str, ctx: ToolContext) -> bool | str:
+    _crash_at("in_verify")
     row = find(ctx.idempotency_key)
     if row is None:
         return "the bank has no transfer with this idempotency key"
@@ -145,6 +146,7 @@ def _refund(args: dict, result: str, ctx: ToolContext) -> str:
 
 @transfer.reconcile
 def _ask_the_bank(args: dict, ctx: ToolContext):
+    _crash_at("in_reconcile")
     row = find(ctx.idempotency_key)
     if row is None:
         return not_executed()

@@ -148,6 +148,29 @@ def test_reconcile_settles_an_unknown_transfer_with_no_human(polyloop: Runner, b
     assert "by the tool's reconcile" in human.stdout
 
 
+def test_a_crash_inside_the_verification_verifies_again_on_resume(polyloop: Runner, bank: Path) -> None:
+    done = run(polyloop, bank, "verify", TRANSFER_CRASH="in_verify")
+    assert done.returncode == -signal.SIGKILL
+    doc = inspect(polyloop, bank, "verify")
+    assert action(doc)["verification"] is None and doc["next"].startswith("verify transfer")
+    done = polyloop("resume", "verify", "--dir", "runs", env=env(bank))
+    assert done.returncode == 0, done.stderr
+    assert balances(bank) == {"alice": 200, "bob": 800}
+    assert query(bank, "SELECT count(*) FROM transfers") == [(1,)]
+    assert action(inspect(polyloop, bank, "verify"))["verification"]["passed"]
+
+
+def test_a_crash_inside_reconcile_simply_reconciles_again(polyloop: Runner, bank: Path) -> None:
+    assert run(polyloop, bank, "twice", TRANSFER_CRASH="after_transfer").returncode == -signal.SIGKILL
+    done = polyloop("resume", "twice", "--dir", "runs", env=env(bank, TRANSFER_CRASH="in_reconcile"))
+    assert done.returncode == -signal.SIGKILL
+    assert inspect(polyloop, bank, "twice")["resolutions"] == []
+    done = polyloop("resume", "twice", "--dir", "runs", env=env(bank))
+    assert done.returncode == 0, done.stderr
+    assert query(bank, "SELECT count(*) FROM transfers") == [(1,)]
+    assert balances(bank) == {"alice": 200, "bob": 800}
+
+
 def test_reconcile_that_finds_nothing_runs_the_transfer_again(polyloop: Runner, bank: Path, workdir: Path) -> None:
     # The process died after the intent and after a passed precondition, before the bank saw anything.
     done = run(polyloop, bank, "never-sent", TRANSFER_CRASH="after_transfer", TRANSFER_SKIM="0")
