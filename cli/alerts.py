@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-from polyloop import ActionResult, GuardCheck, Intent, JsonlStore
+from polyloop import ActionResult, GuardCheck, Intent, JsonlStore, StepCompleted
 
 from . import render
 
@@ -22,7 +22,8 @@ def now() -> str:
 
 
 def warn_since(store: JsonlStore, run_id: str | None, since: str) -> None:
-    """Print one alert line per failed verification or rollback recorded at or after `since`."""
+    """Print one alert line per failed rollback recorded since `since`, and per failed
+    verification recorded since then or still unsettled when the command began."""
     if run_id is None:
         return
     try:
@@ -30,14 +31,25 @@ def warn_since(store: JsonlStore, run_id: str | None, since: str) -> None:
     except Exception:  # a warning must not turn into a second failure: the record stays
         return
     tools: dict[str, str] = {}
+    steps_done: dict[int, str] = {}
+    checks: list[GuardCheck] = []
     found: list[tuple[str, str, str]] = []
     for r in records:
         if isinstance(r, Intent) and r.tool is not None:
             tools[r.result_id] = r.tool
-        elif isinstance(r, GuardCheck) and r.guard == "verify" and not r.passed and r.at >= since:
-            then = f"; rollback: {r.rollback}" if r.rollback else "; no rollback: the run stops"
-            found.append((r.result_id, tools.get(r.result_id, "?"), f"verification failed: "
-                          f"{r.reason or 'it returned False'}{then}"))
+        elif isinstance(r, StepCompleted):
+            steps_done[r.step] = r.at
+        elif isinstance(r, GuardCheck) and r.guard == "verify" and not r.passed:
+            checks.append(r)
         elif isinstance(r, ActionResult) and r.is_error and r.at >= since and "-r" in r.result_id:
             found.append((r.result_id, tools.get(r.result_id, "?"), f"rollback failed: {r.observation}"))
+    for c in checks:
+        # Raised by this command, or raised before (a crash may have kept it from being
+        # printed) and still unsettled when this command began: at least once.
+        step = int(c.result_id[1:].split("-")[0])
+        if c.at < since and steps_done.get(step, since) < since:
+            continue
+        then = f"; rollback: {c.rollback}" if c.rollback else "; no rollback: the run stops"
+        found.insert(0, (c.result_id, tools.get(c.result_id, "?"),
+                         f"verification failed: {c.reason or 'it returned False'}{then}"))
     render.alerts(found)

@@ -15,9 +15,11 @@ four guards (docs/how-to/guard-a-side-effect.md):
   asked whether a transfer with this idempotency key exists.
 
 Fault switches (environment, read by the tool and its guards):
-`TRANSFER_CRASH=before_precondition|after_transfer|in_verify|in_refund|in_reconcile` kills the
-process with SIGKILL at that point; `TRANSFER_SKIM=N` makes the bank credit N
-less than asked (a bug the verification catches).
+`TRANSFER_CRASH=POINT` kills the process with SIGKILL at POINT
+(`before_precondition`, `after_transfer`, `in_verify`, `before_refund`,
+`in_refund`, `in_reconcile`); `TRANSFER_SKIM=N` makes the bank credit N less
+than asked (a bug the verification catches). The bank's `requests` table
+logs every request that reached it, duplicates included.
 
 Run the clean scenario::
 
@@ -65,6 +67,8 @@ def open_bank(accounts: dict[str, int]) -> None:
             " amount INTEGER, credited INTEGER)"
         )
         db.execute("CREATE TABLE IF NOT EXISTS refunds (key TEXT PRIMARY KEY, transfer TEXT)")
+        # The bank's request log: every request that reached it, duplicates included.
+        db.execute("CREATE TABLE IF NOT EXISTS requests (what TEXT, key TEXT, attempt INTEGER)")
         for name, balance in accounts.items():
             db.execute("INSERT OR IGNORE INTO accounts VALUES (?, ?)", (name, balance))
 
@@ -95,6 +99,7 @@ def transfer(src: str, dst: str, amount: int, ctx: ToolContext) -> str:
     db = connect()
     try:
         db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO requests VALUES ('transfer', ?, ?)", (ctx.idempotency_key, ctx.attempt))
         # The bank de-duplicates by the idempotency key: the same logical
         # transfer, sent twice, moves money once.
         if db.execute("SELECT 1 FROM transfers WHERE key = ?", (ctx.idempotency_key,)).fetchone() is None:
@@ -127,9 +132,11 @@ def _credited(args: dict, result: str, ctx: ToolContext) -> bool | str:
 @transfer.rollback(kind="compensate")
 def _refund(args: dict, result: str, ctx: ToolContext) -> str:
     transfer_key = ctx.idempotency_key.removesuffix("-rollback")
+    _crash_at("before_refund")
     db = connect()
     try:
         db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO requests VALUES ('refund', ?, ?)", (ctx.idempotency_key, ctx.attempt))
         if db.execute("SELECT 1 FROM refunds WHERE key = ?", (ctx.idempotency_key,)).fetchone() is None:
             src, dst, amount, credited = db.execute(
                 "SELECT src, dst, amount, credited FROM transfers WHERE key = ?", (transfer_key,)

@@ -67,10 +67,12 @@ class Agent:
             or its rollback fails (`"rollback_failed"`), after the alert's
             durable record is written; keys `event`, `run_id`, `step`,
             `result_id`, `tool`, `args`, `idempotency_key`, `reason`,
-            `rollback`. Use it to page someone. Not guaranteed: a crash
-            between the record and the call loses the call, never the
-            record (`polyloop inspect` lists it); an exception it raises
-            stops the run, which stays resumable.
+            `rollback`, `redelivered`. Use it to page someone. When a crash
+            came between the record and the call, resume calls it again
+            before the rollback runs (`redelivered: True`); before an
+            alert-kind stop the call may be lost, never the record
+            (`polyloop inspect` lists it, resume stops again). An
+            exception it raises stops the run, which stays resumable.
     """
 
     def __init__(

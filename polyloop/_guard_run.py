@@ -59,11 +59,13 @@ async def _verify(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any],
     # Durable before anyone is told and before any rollback: the alert's record.
     await run._write(GuardCheck(result_id=ctx.result_id, guard="verify", passed=passed, reason=reason, rollback=kind))
     if not passed:
+        run.alerted.add(ctx.result_id)
         await _alert(run, "verification_failed", tool, ctx, args, reason, kind)
 
 
 async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action: Any) -> None:
     assert tool.guards.rollback is not None and intent.idempotency_key is not None
+    await redeliver(run, action)
     rid = result_id("rollback", nxt.step, nxt.attempt)
     key = rollback_key(intent.idempotency_key)
     # Its own durable intent: a crash inside the rollback leaves an unknown
@@ -115,8 +117,29 @@ async def _reconcile(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, An
     )
 
 
+async def redeliver(run: _Run, action: Any) -> None:
+    """Tell `on_alert` about a failed verification no call in this process reported.
+
+    The process that recorded it may have died before (or while) it called
+    `on_alert`; a resume that finds the alert unsettled tells again, so the
+    call comes at least once (`redelivered` marks the repeats).
+    """
+    intent = action.intent
+    if intent.result_id in run.alerted or action.verification is None or action.verification.passed:
+        return
+    run.alerted.add(intent.result_id)
+    tool = run.tools.get(intent.tool)
+    if tool is None:
+        return
+    ctx = ToolContext(run.run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key)
+    ver = action.verification
+    await _alert(run, "verification_failed", tool, ctx, intent.args or {}, ver.reason, ver.rollback,
+                 redelivered=True)
+
+
 async def _alert(
-    run: _Run, event: str, tool: Tool, ctx: ToolContext, args: dict[str, Any], reason: str | None, kind: str | None
+    run: _Run, event: str, tool: Tool, ctx: ToolContext, args: dict[str, Any], reason: str | None, kind: str | None,
+    *, redelivered: bool = False,
 ) -> None:
     """Tell the agent's `on_alert` (the durable record is already written)."""
     callback = run.agent.on_alert
@@ -132,6 +155,7 @@ async def _alert(
         "idempotency_key": ctx.idempotency_key,
         "reason": reason,
         "rollback": kind,
+        "redelivered": redelivered,
     }
     value = callback(payload)
     if inspect.isawaitable(value):

@@ -151,7 +151,7 @@ def execution_json(e: Execution) -> dict[str, Any]:
         doc["is_error"] = getattr(result, "is_error", False)
         if e.resolution is not None:
             doc["resolution"] = e.resolution.outcome
-        if e.guards:  # log format 1.1: what the tool declared and what its guards said
+        if e.guards and e.kind == "action":  # log format 1.1: what the tool declared and what its guards said
             doc["guards"] = e.guards
             doc["precondition"] = _check_json(e.precondition)
             ver = e.verification

@@ -195,6 +195,7 @@ class _Run:
         self.run_id = walker.started.run_id
         self.tools = {t.name: t for t in agent.tools}
         self.specs = [t.spec() for t in agent.tools]
+        self.alerted: set[str] = set()  # failed verifications this process told `on_alert` about
         self._writers = {
             Intent: store.write_intent,
             ModelCallResult: store.write_model_call_result,
@@ -233,6 +234,9 @@ class _Run:
             elif isinstance(nxt, NeedsOperator):
                 raise NeedsOperatorError(self.run_id, nxt.executions)
             elif isinstance(nxt, AlertStop):
+                from ._guard_run import redeliver
+
+                await redeliver(self, self.walker.steps[nxt.executions[0].step - 1].actions[-1])
                 raise AlertError(self.run_id, nxt.executions)
             elif isinstance(nxt, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
                 await self._guarded(nxt, history)

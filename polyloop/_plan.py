@@ -299,6 +299,12 @@ def describe(nxt: Next, run_id: str) -> str:
     if isinstance(nxt, NeedsOperator):
         e = nxt.executions[0]
         settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        if e.kind == "rollback":
+            return (
+                f"stop: the outcome of the rollback of {e.tool} ({e.result_id}, step {e.step}) is "
+                f"unknown and a rollback is never repeated silently; settle it with `{settle} "
+                "--executed` (it undid the action) or `--not-executed` (run it again)"
+            )
         return (
             f"stop: the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown and "
             f"the tool is `never` replay; settle it with `{settle} --executed` or `--not-executed`"

@@ -26,6 +26,7 @@ def bank(workdir: Path) -> Path:
         "CREATE TABLE accounts (name TEXT PRIMARY KEY, balance INTEGER NOT NULL);"
         "CREATE TABLE transfers (key TEXT PRIMARY KEY, src TEXT, dst TEXT, amount INTEGER, credited INTEGER);"
         "CREATE TABLE refunds (key TEXT PRIMARY KEY, transfer TEXT);"
+        "CREATE TABLE requests (what TEXT, key TEXT, attempt INTEGER);"
         "INSERT INTO accounts VALUES ('alice', 1000), ('bob', 0);"
     )
     db.commit()

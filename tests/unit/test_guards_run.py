@@ -125,6 +125,18 @@ async def test_an_alert_without_an_undo_stops_until_an_operator_settles_it(rollb
     assert "did not take effect" in step.completed.observation and "refunded by hand" in step.completed.observation
 
 
+async def test_an_unsettled_alert_is_told_again_by_a_later_process() -> None:
+    alerts: list = []
+    pay = make({}, rollback="alert", verify_ok=False)
+    store = MemoryStore()
+    with pytest.raises(AlertError):
+        await Agent(model=ScriptedModel(SCRIPT), tools=[pay], on_alert=alerts.append).run("g", run_id="r", store=store)
+    with pytest.raises(AlertError):  # a new process: it cannot know the first one's call got through
+        await Agent(model=ScriptedModel(SCRIPT), tools=[pay], on_alert=alerts.append).run(run_id="r", store=store)
+    assert [a["redelivered"] for a in alerts] == [False, True]
+    assert alerts[0]["idempotency_key"] == alerts[1]["idempotency_key"]
+
+
 async def test_a_failed_rollback_alerts_again_and_stops() -> None:
     world = {"undo_raises": True}
     alerts: list = []
