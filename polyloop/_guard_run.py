@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
@@ -77,16 +78,37 @@ async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action
     returned = action.returned.observation if action.returned is not None else (
         action.reconciled.observation if action.reconciled is not None else "")
     ctx = ToolContext(run.run_id, nxt.step, nxt.attempt, rid, key)
-    try:
-        value = await call_guard(tool.guards.rollback, intent.args, returned, ctx)
-        observation, failed = observation_text(value), False
-    except asyncio.CancelledError:
-        raise
-    except (Exception, SystemExit) as exc:
-        observation, failed = f"error: {type(exc).__name__}: {exc}", True
+    done = asyncio.ensure_future(_undo(tool.guards.rollback, intent.args, returned, ctx))
+    cancelled = False
+    while True:
+        try:
+            observation, failed = await asyncio.shield(done)
+            break
+        except asyncio.CancelledError:
+            if done.done() and done.cancelled():
+                raise
+            if inspect.iscoroutinefunction(tool.guards.rollback):
+                done.cancel()  # an async rollback is cancelled with the run: it stays unknown
+                with contextlib.suppress(asyncio.CancelledError):
+                    await done
+                raise
+            # A sync rollback's thread cannot be stopped: hold the run until it ends,
+            # then record what it did, as for a tool (polyloop._loop._invoke).
+            cancelled = True
     await run._write(ActionResult(result_id=rid, observation=representable(observation), is_error=failed))
+    if cancelled:
+        raise asyncio.CancelledError()
     if failed:
         await _alert(run, "rollback_failed", tool, ctx, intent.args or {}, observation, nxt.kind)
+
+
+async def _undo(fn: Any, args: Any, returned: str, ctx: ToolContext) -> tuple[str, bool]:
+    try:
+        return observation_text(await call_guard(fn, args, returned, ctx)), False
+    except asyncio.CancelledError:
+        raise
+    except (Exception, SystemExit) as exc:  # a failed rollback is recorded and alerts
+        return f"error: {type(exc).__name__}: {exc}", True
 
 
 async def _reconcile(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> None:

@@ -278,3 +278,34 @@ async def test_the_rehearsal_helper_finds_a_rollback_that_does_not_undo() -> Non
     stuck = await rehearse_rollback(make({"undo_raises": True}, verify_ok=False), {"amount": 5},
                                     break_effect=lambda: None)
     assert not stuck.rolled_back and isinstance(stuck.stopped, AlertError)
+
+
+async def test_a_cancelled_run_waits_for_its_sync_rollback_and_records_it() -> None:
+    import asyncio
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    @tool
+    def pay(amount: int) -> str:
+        return "paid"
+
+    pay.verify(lambda args, result, ctx: "wrong")
+
+    @pay.rollback(kind="undo")
+    def _undo(args, result, ctx):
+        started.set()
+        release.wait(5)
+        return "undone"
+
+    store = MemoryStore()
+    task = asyncio.ensure_future(Agent(model=ScriptedModel(SCRIPT), tools=[pay]).run("g", run_id="r", store=store))
+    await asyncio.to_thread(started.wait, 5)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # the rollback's thread still runs: the run is held
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    rollback = classify(await store.read_log("r")).execution("s1-r1")
+    assert rollback.state == "done" and rollback.returned.observation == "undone"
