@@ -382,6 +382,17 @@ def _decision(e: Execution) -> Text:
     )
 
 
+def _guards_line(g: dict[str, Any]) -> str:
+    """A tool's recorded guards in a few words: `precondition, verify, rollback compensate`."""
+    parts = [name for name in ("precondition", "verify") if g.get(name)]
+    if g.get("rollback"):
+        parts.append(f"rollback {g['rollback']}")
+    elif g.get("verify"):
+        parts.append("no rollback (a failed verification stops the run)")
+    parts += [name for name in ("reconcile", "irreversible") if g.get(name)]
+    return ", ".join(parts) or "none"
+
+
 def _guard_notes(e: Execution) -> Text:
     """What a guarded action's guards said (log format 1.1), for the steps table."""
     notes = Text()
@@ -488,6 +499,9 @@ def inspect_report(
         )
         if rec.finished is not None and rec.finished.result is not None:
             field("answer", clip(rec.finished.result, 400))
+        guarded = [t for t in rec.started.config.get("tools") or [] if isinstance(t.get("guards"), dict)]
+        for t in guarded:
+            field("guards", (clip(t["name"], 60), "bold"), f" {clip(_guards_line(t['guards']), 300)}")
     if report.torn_line is not None:
         field(
             "torn tail",

@@ -12,7 +12,8 @@
     ├── CorruptLogError        the log cannot come from a correct writer
     │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
-    ├── ResolutionError        mark-resolved named something that is not an open unknown
+    │   └── AlertError         a failed verification no rollback undid must be settled first
+    ├── ResolutionError        mark-resolved named something that waits for nobody
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
     ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
     │   └── MalformedResponseError  (polyloop.openai) an answer that cannot be read
@@ -248,7 +249,7 @@ class AlertError(NeedsOperatorError):
 
 
 class ResolutionError(PolyLoopError):
-    """mark-resolved named an execution that is not an open unknown of the run."""
+    """mark-resolved named an execution the run does not wait for (not an open unknown or alert)."""
 
     def __init__(self, run_id: str, result_id: str, why: str) -> None:
         self.run_id = run_id

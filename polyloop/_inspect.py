@@ -83,7 +83,7 @@ class RunReport:
             "waiting": self.waiting,
         }
         if rec is None:
-            doc.update(goal=None, target=None, steps=0, executions=[], resolutions=[], tokens=None)
+            doc.update(goal=None, target=None, steps=0, tools=None, executions=[], resolutions=[], tokens=None)
             return doc
         doc.update(
             goal=rec.started.goal,
@@ -93,6 +93,7 @@ class RunReport:
             result=rec.finished.result if rec.finished else None,
             steps=rec.completed_steps,
             max_steps=rec.max_steps,
+            tools=rec.started.config.get("tools"),
             executions=[execution_json(e) for e in rec.executions],
             resolutions=[
                 {

@@ -23,6 +23,8 @@ def test_an_alert_stops_with_3_and_is_settled_with_mark_resolved(cli: Cli, tmp_p
     assert [(w["id"], w["kind"]) for w in doc["waiting"]] == [("s1-a1", "alert")]
     human = cli("inspect", "pub")
     assert human.code == 0 and "alert" in human.stdout and "[verify FAILED:" in human.stdout
+    assert "publish verify, rollback alert, irreversible" in human.stdout
+    assert doc["tools"][0]["guards"]["rollback"] == "alert"
 
     again = cli("resume", "pub", env=env)
     assert again.code == 3 and "ALERT" in again.stderr  # still unsettled: said again
