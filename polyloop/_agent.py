@@ -130,7 +130,10 @@ class Agent:
         Resuming skips done executions and reuses their recorded results (no
         model call, no tool call), re-issues unknown model calls as new
         attempts, replays unknown `safe` actions, honours operators'
-        resolutions and stops at unknown `never` actions. A finished run is
+        resolutions, carries guarded actions on (docs/how-to/guard-a-side-effect.md:
+        a pending precondition is checked, a verification run, a rollback
+        run, an unknown execution reconciled) and stops at unknown `never`
+        actions and at alerts. A finished run is
         returned as recorded. Cancellation leaves the run resumable and never
         writes `run_finished`.
 
@@ -149,7 +152,9 @@ class Agent:
 
         Raises:
             InvalidRunIdError: the run id is not a safe file name.
-            NeedsOperatorError: an unknown `never` action must be settled first.
+            NeedsOperatorError: an unknown `never` action (or rollback) must be
+                settled first; its subclass `AlertError`: a failed verification
+                that no rollback undid must be settled first.
             CorruptLogError: the log cannot come from a correct writer.
             RunActiveError: another process holds the run.
             RunExistsError: `new=True` and the run id already has a log.
