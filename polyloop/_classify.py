@@ -107,6 +107,8 @@ class _Exec:
 
     @property
     def state(self) -> State:
+        if not self.guards:  # the common case, kept cheap: a long log has many executions
+            return STATE_TABLE[(self.result is not None, self.resolution is not None, self.latest, "")]
         failed_pre = self.precondition is not None and not self.precondition.passed
         has_result = self.result is not None or self.returned is not None or failed_pre
         resolved = self.resolution is not None or self.reconciled is not None
@@ -451,23 +453,21 @@ class Walker(GuardHandlers):
             return None
         frozen: dict[int, Execution] = {}
         for x in reversed(self._order):  # a rollback (later in the log) is frozen before its action
+            i = x.intent
+            if not x.guards:  # positional and without the guard fields: a long log has many
+                frozen[id(x)] = Execution(
+                    i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index
+                )
+                continue
             frozen[id(x)] = Execution(
-                result_id=x.intent.result_id,
-                kind=x.intent.kind,
-                step=x.intent.step,
-                attempt=x.intent.attempt,
-                state=x.state,
-                intent=x.intent,
-                result=x.result,
-                resolution=x.resolution,
-                index=x.index,
-                guards=x.guards,
+                i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index,
                 precondition=x.precondition,
                 returned=x.returned,
                 verification=x.verification,
                 reconciled=x.reconciled,
                 reconcile_check=x.reconcile_check,
-                rollbacks=tuple(frozen[id(r)] for r in x.rollbacks if id(r) in frozen),
+                rollbacks=tuple(frozen[id(r)] for r in x.rollbacks),
+                guards=x.guards,
             )
         views = tuple(
             StepView(

@@ -53,8 +53,8 @@ def rollback_succeeded(r: _Exec) -> bool:
 
 def phase(x: _Exec) -> str:
     """The guard part of an execution's `STATE_TABLE` key: "", pending, alert or rolled_back."""
-    if x.intent.kind != "action":
-        return ""
+    if not x.guards or x.intent.kind != "action":
+        return ""  # every execution of a tool without guards (all of a 1.0 log)
     ver = x.verification
     if ver is not None and not ver.passed:
         if x.resolution is not None:
