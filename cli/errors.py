@@ -7,7 +7,8 @@
          a target that cannot be loaded, mark-resolved on an execution that is not an
          open unknown, a run held by another live process, bad flags, a batch that
          cannot start (no goals file, an unsafe name, already running)
-    3    the run stopped and needs an operator (an unknown `never` execution)
+    3    the run stopped and needs an operator (an unknown `never` execution or rollback, or
+         an alert: a failed verification that no rollback undid)
     130  interrupted (Ctrl-C); the run stays resumable
 
 Every command body runs inside `failures()`, which maps the exception to its

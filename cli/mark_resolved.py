@@ -1,4 +1,4 @@
-"""`polyloop mark-resolved`: an operator settles an unknown `never` action."""
+"""`polyloop mark-resolved`: an operator settles an unknown `never` action, an alert or an unknown rollback."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def command(
         str,
         typer.Argument(
             metavar="RESULT_ID",
-            help="The unknown execution's result id, e.g. s3-a1 (see `polyloop inspect`).",
+            help="What waits: an unknown action or rollback, or an alert, e.g. s3-a1 (see `polyloop inspect`).",
             show_default=False,
         ),
     ],
@@ -53,7 +53,7 @@ def command(
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
 ) -> None:
-    """Settle RESULT_ID, an unknown `never` action of run ID, as executed or not.
+    """Settle RESULT_ID, an unknown `never` action, an alert or an unknown rollback of run ID.
 
     Use it when resume stopped (exit 3) because the process died after an
     action's intent and before its result: PolyLoop cannot know whether the
@@ -64,8 +64,14 @@ def command(
     reuses the observation, with --not-executed it runs the action again
     (with the same idempotency key).
 
-    Exit: 0 recorded; 2 refused - RESULT_ID is not an unknown, unresolved
-    action of the run, the run is unknown, finished or held by a live
+    An alert (a guarded action whose verification failed and that no
+    rollback undid) is settled the same way: --executed means the effect
+    stands, --not-executed that it has none; the action is never run again.
+    An unknown rollback (s3-r1): --executed means it undid the action,
+    --not-executed that it did not (resume runs the rollback again).
+
+    Exit: 0 recorded; 2 refused - RESULT_ID is not an unknown action, an
+    alert or an unknown rollback of the run waiting for a person, the run is unknown, finished or held by a live
     process, or the flags are wrong. Nothing is written when it refuses.
 
     \b

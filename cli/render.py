@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from polyloop import (
+    AlertError,
     Execution,
     NeedsOperatorError,
     Recovery,
@@ -191,8 +192,13 @@ def _settle_block(console: Console, run_id: str, blocking: Sequence[Execution], 
         )
         executed, not_executed = settle_commands(run_id, e, directory)
         width = len(not_executed)
-        _line(console, "    ", (executed.ljust(width), "cyan"), ("  # it happened (add --observation TEXT: what it returned)", "dim"))
-        _line(console, "    ", (not_executed, "cyan"), ("  # it did not happen: resume runs it again", "dim"))
+        if e.state == "alert":
+            said = ("  # the effect stands (add --observation TEXT)", "  # it has no effect: the model is told so")
+        else:
+            said = ("  # it happened (add --observation TEXT: what it returned)",
+                    "  # it did not happen: resume runs it again")
+        _line(console, "    ", (executed.ljust(width), "cyan"), (said[0], "dim"))
+        _line(console, "    ", (not_executed, "cyan"), (said[1], "dim"))
     _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
 
 
@@ -229,6 +235,9 @@ def failure(
         message = str(exc)
     if scope.json:
         print_json(_error_doc(type(exc).__name__, code, message))
+    if isinstance(exc, AlertError):
+        alert_stop(exc.run_id, exc.executions, scope.directory)
+        return
     if isinstance(exc, NeedsOperatorError):
         needs_operator(exc.run_id, exc.executions, scope.directory)
         return
@@ -246,6 +255,35 @@ def needs_operator(run_id: str, blocking: Sequence[Execution], directory: str | 
         "is `never` replay, so resume will not guess. Check whether it happened, then:",
     )
     _settle_block(console, run_id, blocking, directory)
+
+
+def alert_stop(run_id: str, blocking: Sequence[Execution], directory: str | None) -> None:
+    """The run stopped at a failed verification nothing undid: say so, and how to settle it."""
+    console = err()
+    e = blocking[0]
+    ver = e.verification
+    why = ver.reason if ver is not None and ver.reason else "it returned False"
+    _line(
+        console,
+        ("polyloop: stopped: ", "bold yellow"),
+        f"run {run_id} needs an operator. The verification of the action below failed "
+        f"({clip(why, 400)}) and no rollback undid it; the state is left for investigation. "
+        "Check the world, then:",
+    )
+    base = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}{dir_flag(directory)}"
+    _line(console, "  ", (clip(e.tool, 60), "bold"), f"({clip(_compact(e.args), 60)})  step {e.step}, "
+          f"result id {e.result_id}, idempotency key {e.idempotency_key}")
+    _line(console, "    ", (f"{base} --executed", "cyan"), ("  # the effect stands (add --observation TEXT)", "dim"))
+    _line(console, "    ", (f"{base} --not-executed", "cyan"), ("  # it has no effect: the model is told so", "dim"))
+    _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
+
+
+def alerts(found: Sequence[tuple[str, str, str]]) -> None:
+    """One warning line on stderr per alert a command's run raised: (result id, tool, why)."""
+    console = err()
+    for rid, tool, why in found:
+        _line(console, ("polyloop: ALERT: ", "bold red"),
+              f"{clip(tool, 60)} ({clip(rid, 40)}): {clip(why, 400)}")
 
 
 def usage_error(exc: Any, *, json: bool) -> None:
@@ -295,7 +333,10 @@ def run_result(result: RunResult, *, already: bool = False) -> None:
 
 # -- inspect -----------------------------------------------------------------
 
-_STATE_STYLE = {"done": "green", "unknown": "bold red", "superseded": "dim", "resolved": "yellow"}
+_STATE_STYLE = {
+    "done": "green", "unknown": "bold red", "superseded": "dim", "resolved": "yellow",
+    "pending": "cyan", "alert": "bold red", "rolled_back": "yellow",
+}
 _STATUS_STYLE = {
     "finished": "bold green",
     "needs_operator": "bold red",
@@ -349,9 +390,47 @@ def _decision(e: Execution) -> Text:
     )
 
 
+def _guards_line(g: dict[str, Any]) -> str:
+    """A tool's recorded guards in a few words: `precondition, verify, rollback compensate`."""
+    parts = [name for name in ("precondition", "verify") if g.get(name)]
+    if g.get("rollback"):
+        parts.append(f"rollback {g['rollback']}")
+    elif g.get("verify"):
+        parts.append("no rollback (a failed verification stops the run)")
+    parts += [name for name in ("reconcile", "irreversible") if g.get(name)]
+    return ", ".join(parts) or "none"
+
+
+def _guard_notes(e: Execution) -> Text:
+    """What a guarded action's guards said (log format 1.1), for the steps table."""
+    notes = Text()
+    for label, check in (("precondition", e.precondition), ("verify", e.verification)):
+        if check is not None:
+            mark = "ok" if check.passed else f"FAILED: {clip(check.reason or 'False', 80)}"
+            notes.append(f" [{label} {mark}]", style="" if check.passed else "bold red")
+    if e.verification is not None and not e.verification.passed:
+        notes.append(f" [rollback: {e.verification.rollback or 'none'}]", style="yellow")
+    if e.reconcile_check is not None:
+        notes.append(f" [reconcile could not tell: {clip(e.reconcile_check.reason, 80)}]", style="bold red")
+    return notes
+
+
 def _outcome(e: Execution) -> Text:
     """What an action produced, or who settled it."""
-    done = e.result
+    text = _settled(e)
+    if e.guards:
+        text.append_text(_guard_notes(e))
+    return text
+
+
+def _settled(e: Execution) -> Text:
+    done = e.result if e.result is not None else e.returned
+    if e.reconciled is not None and e.resolution is None:
+        r = e.reconciled
+        text = Text.assemble(("reconcile: ", "yellow"), clip(r.outcome, 20))
+        if r.observation is not None:
+            text.append(f"; {clip(r.observation, 120)}")
+        return text
     if e.resolution is not None:
         r = e.resolution
         text = Text.assemble(("operator: ", "yellow"), clip(r.outcome, 20))
@@ -376,8 +455,9 @@ def _steps_table(views: Sequence[Any]) -> Table:
     table.add_column("decision / observation", overflow="fold")
     for view in views:
         first = True
-        for e in sorted((*view.model_calls, *view.actions), key=lambda x: x.index):
-            action = e.kind == "action"
+        rollbacks = [r for a in view.actions for r in a.rollbacks]
+        for e in sorted((*view.model_calls, *view.actions, *rollbacks), key=lambda x: x.index):
+            action = e.kind != "model_call"
             table.add_row(
                 str(view.step) if first else "",
                 _t(e.result_id),
@@ -427,6 +507,9 @@ def inspect_report(
         )
         if rec.finished is not None and rec.finished.result is not None:
             field("answer", clip(rec.finished.result, 400))
+        guarded = [t for t in rec.started.config.get("tools") or [] if isinstance(t.get("guards"), dict)]
+        for t in guarded:
+            field("guards", (clip(t["name"], 60), "bold"), f" {clip(_guards_line(t['guards']), 300)}")
     if report.torn_line is not None:
         field(
             "torn tail",
@@ -450,12 +533,13 @@ def inspect_report(
         console.print()
         _line(console, ("resolutions", "bold"))
         for r in rec.resolutions:
+            who = "the tool's reconcile" if r.source == "reconcile" else clip(r.by, 60)
             parts: list[str | tuple[str, str]] = [
                 "  ",
                 (clip(r.result_id, 40), "bold"),
                 " ",
                 (clip(r.outcome, 20), "yellow"),
-                f" by {clip(r.by, 60)} at {clip(r.at, 40)}",
+                f" by {who} at {clip(r.at, 40)}",
             ]
             if r.reason:
                 parts.append(f"; reason: {clip(r.reason, 200)}")

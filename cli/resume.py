@@ -10,7 +10,7 @@ import typer
 from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
-from . import options, render
+from . import alerts, options, render
 from .errors import Scope, failures, result_code
 
 RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
@@ -23,7 +23,10 @@ def command(run_id: RunId, directory: options.Directory = None, store_url: optio
     call or tool call is repeated), unanswered model calls are re-issued as
     new attempts, unknown `safe` actions are replayed, and operators'
     resolutions are honoured. An unknown `never` action stops the run (exit 3)
-    with the exact `polyloop mark-resolved` commands that settle it. A
+    with the exact `polyloop mark-resolved` commands that settle it, unless
+    its tool declares `reconcile`, which settles it by asking the world. A
+    failed verification prints an ALERT line; one that no rollback undid
+    stops the run (exit 3) too. A
     finished run is reported, not re-run; a corrupt log is refused.
 
     Exit: 0 finished, 1 the run ended in an error (or the log is corrupt, or
@@ -37,7 +40,11 @@ def command(run_id: RunId, directory: options.Directory = None, store_url: optio
     """
     with failures(Scope(run_id=run_id, resumable=True)) as scope:
         scope.directory = where = options.where(directory, store_url)
-        result = asyncio.run(_resume(where, run_id))
+        since = alerts.now()
+        try:
+            result = asyncio.run(_resume(where, run_id))
+        finally:
+            alerts.warn_since(where, run_id, since)
         render.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
 

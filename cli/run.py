@@ -19,7 +19,7 @@ from polyloop import (
 )
 from polyloop.stores import open_store
 
-from . import options, render
+from . import alerts, options, render
 from .errors import Scope, failures, result_code
 
 
@@ -76,8 +76,9 @@ def command(
 
     Exit: 0 finished (final answer, or step budget spent), 1 the run ended in
     an error, 2 bad input (target, id, flags), 3 an unknown `never` action
-    needs an operator (the mark-resolved commands are printed), 130
-    interrupted (the run stays resumable).
+    or an alert (a failed verification no rollback undid) needs an operator
+    (the mark-resolved commands are printed), 130 interrupted (the run stays
+    resumable). Every failed verification also prints an ALERT line on stderr.
 
     \b
     Example:
@@ -94,7 +95,11 @@ def command(
         scope.run_id = rid
         log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{where} run {rid}"
         render.run_begins(rid, log)
-        result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent))
+        since = alerts.now()
+        try:
+            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent))
+        finally:
+            alerts.warn_since(where, rid, since)
         render.run_result(result)
     raise typer.Exit(result_code(result.reason))
 

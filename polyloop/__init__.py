@@ -15,6 +15,7 @@ from ._batch_plan import BatchError
 from ._batch_report import BatchProgress, BatchReport, BatchRun
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
+    AlertError,
     CorruptLogError,
     InvalidInputError,
     InvalidRunIdError,
@@ -38,6 +39,8 @@ from ._ls import RunSummary, list_runs
 from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
+    ActionResult,
+    GuardCheck,
     RecordError,
     Intent,
     ModelCallResult,
@@ -51,14 +54,16 @@ from ._records import decode as decode_record
 from ._records import encode as encode_record
 from ._store import LockingStore, Store
 from ._target import load_target, resume_run, run_target
-from ._tools import Tool, ToolContext, tool
+from ._tools import Reconciled, Tool, ToolContext, executed, not_executed, tool, unknown
 from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActionResult",
     "Agent",
+    "AlertError",
     "BatchError",
     "BatchInterrupted",
     "BatchProgress",
@@ -67,6 +72,7 @@ __all__ = [
     "CorruptLogError",
     "Execution",
     "FileVerdict",
+    "GuardCheck",
     "Intent",
     "InvalidInputError",
     "InvalidRunIdError",
@@ -80,6 +86,7 @@ __all__ = [
     "NeedsOperatorError",
     "PolyLoopError",
     "Problem",
+    "Reconciled",
     "Record",
     "RecordError",
     "Recovery",
@@ -114,15 +121,18 @@ __all__ = [
     "decode_record",
     "default_directory",
     "encode_record",
+    "executed",
     "inspect_run",
     "list_runs",
     "load_target",
     "mark_resolved",
     "new_run_id",
+    "not_executed",
     "resume_run",
     "run_batch",
     "run_target",
     "tool",
+    "unknown",
     "verify_file",
     "verify_logs",
 ]

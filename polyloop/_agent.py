@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,17 @@ class Agent:
             transient errors and resumes) before the run ends with reason `error`.
         retry_backoff: seconds before the first retry of a transient model
             error; doubles with each further attempt.
+        on_alert: called (sync or async) with one dict when a guarded
+            action's verification fails (`"event": "verification_failed"`)
+            or its rollback fails (`"rollback_failed"`), after the alert's
+            durable record is written; keys `event`, `run_id`, `step`,
+            `result_id`, `tool`, `args`, `idempotency_key`, `reason`,
+            `rollback`, `redelivered`. Use it to page someone. When a crash
+            came between the record and the call, resume calls it again
+            before the rollback runs (`redelivered: True`); before an
+            alert-kind stop the call may be lost, never the record
+            (`polyloop inspect` lists it, resume stops again). An
+            exception it raises stops the run, which stays resumable.
     """
 
     def __init__(
@@ -73,6 +84,7 @@ class Agent:
         system: str | None = None,
         max_attempts: int = 6,
         retry_backoff: float = 1.0,
+        on_alert: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         _check_count("max_steps", max_steps)
         _check_count("max_attempts", max_attempts)
@@ -89,6 +101,7 @@ class Agent:
         self.system = system
         self.max_attempts = max_attempts
         self.retry_backoff = retry_backoff
+        self.on_alert = on_alert
 
     def config(self, max_steps: int | None = None) -> dict[str, Any]:
         """The configuration recorded in `run_started`."""
@@ -98,7 +111,7 @@ class Agent:
             "max_steps": max_steps or self.max_steps,
             "system": self.system,
             "model": model,
-            "tools": [{"name": t.name, "replay": t.replay} for t in self.tools],
+            "tools": [_tool_config(t) for t in self.tools],
             "max_attempts": self.max_attempts,
         }
 
@@ -117,7 +130,10 @@ class Agent:
         Resuming skips done executions and reuses their recorded results (no
         model call, no tool call), re-issues unknown model calls as new
         attempts, replays unknown `safe` actions, honours operators'
-        resolutions and stops at unknown `never` actions. A finished run is
+        resolutions, carries guarded actions on (docs/how-to/guard-a-side-effect.md:
+        a pending precondition is checked, a verification run, a rollback
+        run, an unknown execution reconciled) and stops at unknown `never`
+        actions and at alerts. A finished run is
         returned as recorded. Cancellation leaves the run resumable and never
         writes `run_finished`.
 
@@ -136,7 +152,9 @@ class Agent:
 
         Raises:
             InvalidRunIdError: the run id is not a safe file name.
-            NeedsOperatorError: an unknown `never` action must be settled first.
+            NeedsOperatorError: an unknown `never` action (or rollback) must be
+                settled first; its subclass `AlertError`: a failed verification
+                that no rollback undid must be settled first.
             CorruptLogError: the log cannot come from a correct writer.
             RunActiveError: another process holds the run.
             RunExistsError: `new=True` and the run id already has a log.
@@ -183,6 +201,14 @@ class Agent:
 # A step budget beyond this is a typo, not a plan; it also keeps every count
 # far inside what the log's JSON integers carry.
 MAX_COUNT = 1_000_000_000
+
+
+def _tool_config(t: Tool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": t.name, "replay": t.replay}
+    guards = t.guard_config()
+    if guards is not None:  # only then: the config of an unguarded agent is the 1.0 one
+        entry["guards"] = guards
+    return entry
 
 
 def _check_count(name: str, value: object) -> None:

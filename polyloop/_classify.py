@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._errors import CorruptLogError, Problem
+from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
 from ._ids import result_id as derive_result_id
 from ._recovery import (
     DEFAULT_MAX_ATTEMPTS,
@@ -36,6 +37,8 @@ from ._recovery import (
     max_steps_of,
 )
 from ._records import (
+    ActionResult,
+    GuardCheck,
     Intent,
     ModelCallResult,
     Record,
@@ -50,16 +53,31 @@ from ._records import (
 # The four-state assignment, refined for display. An intent exists for every
 # execution the walker knows (no intent, no result = not started, which has
 # no record; no intent but a result = impossible, refused by rule 4).
-#   (has a result, has a resolution, is the latest attempt) -> state
-STATE_TABLE: dict[tuple[bool, bool, bool], State] = {
-    (True, False, True): "done",
-    (True, False, False): "done",  # a completed earlier attempt cannot exist (rule 9)
-    (True, True, True): "resolved",  # resolved executed: the operator's observation completed it
-    (True, True, False): "resolved",  # (cannot exist: nothing follows a completed attempt)
-    (False, True, True): "resolved",  # an operator said what happened
-    (False, True, False): "resolved",  # resolved not_executed, then run again
-    (False, False, True): "unknown",  # intent durable, outcome never recorded
-    (False, False, False): "superseded",  # unknown, and a later attempt replaced it
+#   (has a result, has a resolution, is the latest attempt, guard phase) -> state
+# A result is a `model_call_result`, `step_completed` or `action_result`, or a
+# failed precondition (the outcome is known: the tool did not run); a
+# resolution is an operator's or the tool's `reconcile`. The guard phase
+# (`_guard_walk.phase`) is "" for every execution of a 1.0 log.
+STATE_TABLE: dict[tuple[bool, bool, bool, str], State] = {
+    (True, False, True, ""): "done",
+    (True, False, False, ""): "done",  # a completed earlier attempt cannot exist (rule 9)
+    (True, True, True, ""): "resolved",  # resolved executed: the observation completed it
+    (True, True, False, ""): "resolved",  # (cannot exist: nothing follows a completed attempt)
+    (False, True, True, ""): "resolved",  # an operator (or reconcile) said what happened
+    (False, True, False, ""): "resolved",  # resolved not_executed, then run again
+    (False, False, True, ""): "unknown",  # intent durable, outcome never recorded
+    (False, False, False, ""): "superseded",  # unknown, and a later attempt replaced it
+    # 1.1: a precondition is recorded before the tool runs, so an intent
+    # without one is an action that provably has not run.
+    (False, False, True, "pending"): "pending",
+    # 1.1: a failed verification is an alert until a rollback succeeds or an
+    # operator settles it (then phase "" and the rows above: resolved).
+    (True, False, True, "alert"): "alert",
+    (False, True, True, "alert"): "alert",  # reconcile said executed, verification failed
+    (True, True, True, "alert"): "alert",
+    (True, False, True, "rolled_back"): "rolled_back",
+    (False, True, True, "rolled_back"): "rolled_back",
+    (True, True, True, "rolled_back"): "rolled_back",
 }
 
 _VERSION = re.compile(r"[0-9]+\.[0-9]+")
@@ -68,13 +86,39 @@ _VERSION = re.compile(r"[0-9]+\.[0-9]+")
 class _Exec(IntentFields):
     """An execution while the walk is under way (mutable; frozen into `Execution`)."""
 
-    __slots__ = ("intent", "index", "result", "resolution")
+    __slots__ = (
+        "intent", "index", "result", "resolution", "guards", "latest", "precondition", "returned",
+        "verification", "reconciled", "reconcile_check", "rollbacks", "of",
+    )
 
-    def __init__(self, intent: Intent, index: int) -> None:
+    def __init__(self, intent: Intent, index: int, guards: dict[str, Any] = NO_GUARDS) -> None:
         self.intent = intent
         self.index = index
         self.result: ModelCallResult | StepCompleted | None = None
-        self.resolution: Resolution | None = None
+        self.resolution: Resolution | None = None  # an operator's
+        self.guards = guards  # what run_started recorded for the tool
+        self.latest = True
+        self.precondition: GuardCheck | None = None
+        self.returned: ActionResult | None = None
+        self.verification: GuardCheck | None = None
+        self.reconciled: Resolution | None = None  # the tool's reconcile said so
+        self.reconcile_check: GuardCheck | None = None  # reconcile could not tell
+        self.rollbacks: list[_Exec] = []
+        self.of: _Exec | None = None  # for a rollback: its action
+
+    @property
+    def state(self) -> State:
+        if not self.guards:  # the common case, kept cheap: a long log has many executions
+            return STATE_TABLE[(self.result is not None, self.resolution is not None, self.latest, "")]
+        failed_pre = self.precondition is not None and not self.precondition.passed
+        has_result = self.result is not None or self.returned is not None or failed_pre
+        resolved = self.resolution is not None or self.reconciled is not None
+        return STATE_TABLE[(has_result, resolved, self.latest, phase(self))]
+
+    @property
+    def verdict(self) -> Resolution | None:
+        """The resolution that decides: an operator's wins over reconcile's."""
+        return self.resolution or self.reconciled
 
     # The planner reads these on walker state and on `Execution` alike.
     @property
@@ -84,6 +128,10 @@ class _Exec(IntentFields):
     @property
     def step(self) -> int:
         return self.intent.step
+
+    @property
+    def kind(self) -> str:
+        return self.intent.kind
 
     @property
     def attempt(self) -> int:
@@ -106,7 +154,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker:
+class Walker(GuardHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -130,6 +178,8 @@ class Walker:
         self._order: list[_Exec] = []
         self._resolutions: list[Resolution] = []
         self._count = 0
+        self.minor = 0
+        self.guards: dict[str, dict[str, Any]] = {}
         self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
             RunStarted: self._run_started,
             Intent: self._intent,
@@ -137,6 +187,8 @@ class Walker:
             StepCompleted: self._step_completed,
             RunFinished: self._run_finished,
             Resolution: self._resolution,
+            GuardCheck: self._guard_check,
+            ActionResult: self._action_result,
         }
 
     # -- feeding ------------------------------------------------------------------
@@ -183,6 +235,9 @@ class Walker:
         else:
             bad = _check_config(rec)
         self.started = rec
+        if bad is None:
+            self.minor = int(rec.schema_version.split(".")[1])
+            self.guards = guards_of(rec.config)
         self.max_steps = max_steps_of(rec)
         self.max_attempts = max_attempts_of(rec)
         return bad
@@ -213,13 +268,26 @@ class Walker:
         if len(self.steps) < rec.step:
             self.steps.append(_Step(rec.step))
         st = self.steps[rec.step - 1]
-        bad = self._model_intent(rec, st) if rec.kind == "model_call" else self._action_intent(rec, st)
+        if rec.kind == "model_call":
+            bad = self._model_intent(rec, st)
+        elif rec.kind == "action":
+            bad = self._action_intent(rec, st)
+        else:
+            bad = self._rollback_intent(rec, st)
         if bad is not None:
             return bad
-        x = _Exec(rec, index)
+        x = _Exec(rec, index, self.guards.get(rec.tool or "", NO_GUARDS))
         self._by_id[rid] = x
         self._keys.add(key)
-        (st.model_calls if rec.kind == "model_call" else st.actions).append(x)
+        if rec.kind == "rollback":
+            owner = st.actions[-1]
+            siblings = owner.rollbacks
+            x.of = owner
+        else:
+            siblings = st.model_calls if rec.kind == "model_call" else st.actions
+        if siblings:
+            siblings[-1].latest = False
+        siblings.append(x)
         self._order.append(x)
         self._last = x
         return None
@@ -249,11 +317,14 @@ class Walker:
             return 8, f"action {rec.tool} of step {rec.step} is not the tool call the model returned"
         if st.actions:
             prev = st.actions[-1]
-            if prev.result is not None:
+            if prev.result is not None or prev.returned is not None or prev.precondition is not None \
+                    and not prev.precondition.passed:
                 return 9, f"action of step {rec.step} attempted again after it completed"
-            res = prev.resolution
+            res = prev.verdict
             if res is not None and res.outcome == "executed":
                 return 9, f"action of step {rec.step} attempted again after an operator said it executed"
+            if prev.guards.get("precondition") and prev.precondition is None and res is None:
+                return 9, f"action of step {rec.step} attempted again before its precondition was checked"
             if res is None and prev.intent.replay != "safe":
                 return 9, (f"`never` action {prev.result_id} was attempted again without a "
                            "not_executed resolution")
@@ -300,12 +371,13 @@ class Walker:
                 return 4, f"step_completed names {rec.result_id}, which has no earlier intent"
             if x.intent.kind != "action" or x.intent.step != rec.step:
                 return 4, f"step_completed names {rec.result_id}, not an action of step {rec.step}"
-            x, bad = self._result_target(rec.result_id, "step_completed")
+            if x.result is not None:
+                return 3, f"a second result for {rec.result_id}"
+            if x is not self._last and not (x.rollbacks and x.rollbacks[-1] is self._last):
+                return 5, f"step_completed for {rec.result_id} after later intents: two writers interleaved"
+            bad = self._completion(x)
             if bad is not None:
                 return bad
-            assert x is not None
-            if x.resolution is not None and x.resolution.outcome == "not_executed":
-                return 10, f"result for {rec.result_id} after an operator said it did not execute"
             x.result = rec
         st.completed = rec
         self.completed_steps += 1
@@ -315,15 +387,24 @@ class Walker:
         x = self._by_id.get(rec.result_id)
         if x is None:
             return 11, f"resolution names {rec.result_id}, which has no intent"
-        if x.intent.kind != "action":
+        if x.intent.kind == "model_call":
             return 11, f"resolution names {rec.result_id}, a model call"
         if x.result is not None:
             return 11, f"resolution of {rec.result_id}, which already has a result"
-        if x.resolution is not None:
-            return 11, f"a second resolution of {rec.result_id}"
-        if self.steps[x.intent.step - 1].actions[-1] is not x:
-            return 11, f"resolution of {rec.result_id}, which a later attempt superseded"
-        x.resolution = rec
+        if x.intent.kind == "action":
+            if x.resolution is not None:
+                return 11, f"a second resolution of {rec.result_id}"
+            if self.steps[x.intent.step - 1].actions[-1] is not x:
+                return 11, f"resolution of {rec.result_id}, which a later attempt superseded"
+            if x.precondition is not None and not x.precondition.passed:
+                return 11, f"resolution of {rec.result_id}, whose precondition failed: it did not run"
+        bad = self._guard_resolution(x, rec)
+        if bad is not None:
+            return bad
+        if rec.source == "reconcile":
+            x.reconciled = rec
+        else:
+            x.resolution = rec
         self._resolutions.append(rec)
         return None
 
@@ -357,20 +438,22 @@ class Walker:
     def _freeze(self) -> Recovery:
         assert self.started is not None
         frozen: dict[int, Execution] = {}
-        for x in self._order:
-            st = self.steps[x.intent.step - 1]
-            latest = (st.model_calls if x.intent.kind == "model_call" else st.actions)[-1] is x
-            state = STATE_TABLE[(x.result is not None, x.resolution is not None, latest)]
+        for x in reversed(self._order):  # a rollback (later in the log) is frozen before its action
+            i = x.intent
+            if not x.guards:  # positional and without the guard fields: a long log has many
+                frozen[id(x)] = Execution(
+                    i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index
+                )
+                continue
             frozen[id(x)] = Execution(
-                result_id=x.intent.result_id,
-                kind=x.intent.kind,
-                step=x.intent.step,
-                attempt=x.intent.attempt,
-                state=state,
-                intent=x.intent,
-                result=x.result,
-                resolution=x.resolution,
-                index=x.index,
+                i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index,
+                precondition=x.precondition,
+                returned=x.returned,
+                verification=x.verification,
+                reconciled=x.reconciled,
+                reconcile_check=x.reconcile_check,
+                rollbacks=tuple(frozen[id(r)] for r in x.rollbacks),
+                guards=x.guards,
             )
         views = tuple(
             StepView(
@@ -401,14 +484,34 @@ class Walker:
         )
 
     def blocking(self) -> list[_Exec]:
-        """Unknown, unresolved `never` actions: only the open step's latest can be one."""
+        """What a person must settle: only the open step's latest action (or its rollback) can be one.
+
+        An unknown `never` action whose tool declares `reconcile` waits for
+        nobody until reconcile could not tell; an alert waits unless an
+        undo/compensate rollback is still to run.
+        """
         st = self.open_step
         if st is None or not st.actions or self.finished is not None:
             return []
         last = st.actions[-1]
-        if last.result is None and last.resolution is None and last.intent.replay != "safe":
+        state = last.state
+        if state == "unknown":
+            if last.intent.replay == "safe":
+                return []
+            if last.guards.get("reconcile") and last.reconcile_check is None:
+                return []
             return [last]
-        return []
+        if state != "alert":
+            return []
+        rb = last.rollbacks[-1] if last.rollbacks else None
+        if rb is not None and rb.state == "unknown":
+            return [rb]
+        assert last.verification is not None
+        if last.verification.rollback not in ("undo", "compensate"):
+            return [last]
+        if rb is None or (rb.resolution is not None and rb.resolution.outcome == "not_executed"):
+            return []  # the rollback runs next
+        return [last]  # the rollback failed
 
 
 def _is_final(st: _Step) -> bool:
@@ -435,6 +538,10 @@ def _check_config(rec: RunStarted) -> tuple[int, str] | None:
         )
     ):
         return 14, "config.tools is not a list of {name, replay} with replay safe or never"
+    if tools is not None:
+        why = check_guard_config(tools)
+        if why is not None:
+            return 14, why
     return None
 
 

@@ -12,7 +12,8 @@
     ├── CorruptLogError        the log cannot come from a correct writer
     │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
-    ├── ResolutionError        mark-resolved named something that is not an open unknown
+    │   └── AlertError         a failed verification no rollback undid must be settled first
+    ├── ResolutionError        mark-resolved named something that waits for nobody
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
     ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
     │   └── MalformedResponseError  (polyloop.openai) an answer that cannot be read
@@ -223,8 +224,32 @@ class NeedsOperatorError(PolyLoopError):
         )
 
 
+class AlertError(NeedsOperatorError):
+    """The run stopped at a failed verification that no rollback undid (log format 1.1).
+
+    The tool's rollback kind is `alert`, it declares none, or the rollback
+    itself failed: the bad state is left for a person to investigate.
+    Settle it with `polyloop mark-resolved RUN RESULT_ID --executed` (the
+    effect stands) or `--not-executed` (it has no effect), then resume.
+    Differs from its base only in what stopped the run: the outcome is
+    known, and wrong.
+    """
+
+    def __init__(self, run_id: str, executions: Sequence[Any]) -> None:
+        NeedsOperatorError.__init__(self, run_id, executions)
+        e = self.executions[0]
+        ver = getattr(e, "verification", None)
+        why = ver.reason if ver is not None and ver.reason else "it returned False"
+        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        self.args = (
+            f"run {run_id!r} needs an operator: the verification of {e.tool}({_short_args(e.args)}) "
+            f"result id {e.result_id} failed ({why}) and nothing undid it; check the world, then "
+            f"settle it with `{settle} --executed` or `--not-executed`, then resume",
+        )
+
+
 class ResolutionError(PolyLoopError):
-    """mark-resolved named an execution that is not an open unknown of the run."""
+    """mark-resolved named an execution the run does not wait for (not an open unknown or alert)."""
 
     def __init__(self, run_id: str, result_id: str, why: str) -> None:
         self.run_id = run_id

@@ -40,12 +40,18 @@ def new_run_id() -> str:
 
 
 def result_id(kind: str, step: int, attempt: int) -> str:
-    """The result id of an execution: `s3-m1` (model call) or `s3-a2` (action).
+    """The result id of an execution: `s3-m1` (model call), `s3-a2` (action) or `s3-r1` (rollback).
 
     Deterministic, so a resumed run and an uninterrupted one write the same
     log; unique within a run because (step, kind, attempt) is.
     """
-    return f"s{step}-{'m' if kind == 'model_call' else 'a'}{attempt}"
+    letter = {"model_call": "m", "action": "a", "rollback": "r"}[kind]
+    return f"s{step}-{letter}{attempt}"
+
+
+def rollback_key(action_key: str) -> str:
+    """The idempotency key of an action's rollback: derived from, and distinct from, the action's."""
+    return f"{action_key}-rollback"
 
 
 def idempotency_key(run_id: str, step: int, tool: str, args: dict) -> str:

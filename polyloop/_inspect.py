@@ -11,7 +11,7 @@ from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
 from ._ids import check_run_id
 from ._loop import held, maybe_await, verdict, walk_off_loop
-from ._plan import CallModel, Finished, NeedsOperator, Next, describe, plan
+from ._plan import AlertStop, CallModel, Finished, NeedsOperator, Next, describe, plan
 from ._records import Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
 
@@ -52,24 +52,13 @@ class RunReport:
 
         Each entry is `{"id", "kind", "tool", "args", "reason"}`; `id` is what
         the settling command takes (`polyloop mark-resolved RUN ID ...` for
-        kind `unknown`). A run held by a live process waits for nobody yet.
+        kinds `unknown` and `alert`). A run held by a live process waits for
+        nobody yet.
         """
         rec = self.recovery
         if rec is None or rec.finished is not None:
             return []
-        return [
-            {
-                "id": e.result_id,
-                "kind": "unknown",
-                "tool": e.tool,
-                "args": e.args,
-                "reason": (
-                    f"the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown: the process "
-                    "stopped after its intent and before its result, and the tool is `never` replay"
-                ),
-            }
-            for e in rec.blocking
-        ]
+        return [_waiting(e) for e in rec.blocking]
 
     def __repr__(self) -> str:
         # Short on purpose, like Recovery's: the records of a long run are many.
@@ -94,7 +83,7 @@ class RunReport:
             "waiting": self.waiting,
         }
         if rec is None:
-            doc.update(goal=None, target=None, steps=0, executions=[], resolutions=[], tokens=None)
+            doc.update(goal=None, target=None, steps=0, tools=None, executions=[], resolutions=[], tokens=None)
             return doc
         doc.update(
             goal=rec.started.goal,
@@ -104,6 +93,7 @@ class RunReport:
             result=rec.finished.result if rec.finished else None,
             steps=rec.completed_steps,
             max_steps=rec.max_steps,
+            tools=rec.started.config.get("tools"),
             executions=[execution_json(e) for e in rec.executions],
             resolutions=[
                 {
@@ -112,6 +102,7 @@ class RunReport:
                     "observation": r.observation,
                     "by": r.by,
                     "reason": r.reason,
+                    "source": r.source,
                     "at": r.at,
                 }
                 for r in rec.resolutions
@@ -119,6 +110,31 @@ class RunReport:
             tokens=token_totals(rec),
         )
         return doc
+
+
+def _waiting(e: Execution) -> dict[str, Any]:
+    if e.state == "alert":
+        ver = e.verification
+        why = ver.reason if ver is not None and ver.reason else "it returned False"
+        failed = e.rollbacks[-1].returned if e.rollbacks else None
+        if failed is not None:
+            undo = f"; its rollback failed: {failed.observation}"
+        else:
+            undo = "; the tool declares no undo or compensate rollback"
+        reason = f"the verification of {e.tool} ({e.result_id}, step {e.step}) failed: {why}{undo}"
+        return {"id": e.result_id, "kind": "alert", "tool": e.tool, "args": e.args, "reason": reason}
+    what = "the rollback of " if e.kind == "rollback" else "the outcome of "
+    reason = (
+        f"{what}{e.tool} ({e.result_id}, step {e.step}) is unknown: the process stopped after its "
+        "intent and before its result, and it is `never` replay"
+    )
+    if e.reconcile_check is not None:
+        reason += f"; its reconcile could not tell: {e.reconcile_check.reason}"
+    return {"id": e.result_id, "kind": "unknown", "tool": e.tool, "args": e.args, "reason": reason}
+
+
+def _check_json(c: Any) -> dict[str, Any] | None:
+    return None if c is None else {"passed": c.passed, "reason": c.reason, "at": c.at}
 
 
 def execution_json(e: Execution) -> dict[str, Any]:
@@ -129,13 +145,24 @@ def execution_json(e: Execution) -> dict[str, Any]:
         "attempt": e.attempt,
         "state": e.state,
     }
-    if e.kind == "action":
+    if e.kind != "model_call":
         doc.update(tool=e.tool, args=e.args, replay=e.replay, idempotency_key=e.idempotency_key)
-        result = e.result
+        result = e.result if e.result is not None else e.returned
         doc["observation"] = getattr(result, "observation", None)
         doc["is_error"] = getattr(result, "is_error", False)
         if e.resolution is not None:
             doc["resolution"] = e.resolution.outcome
+        if e.guards and e.kind == "action":  # log format 1.1: what the tool declared and what its guards said
+            doc["guards"] = e.guards
+            doc["precondition"] = _check_json(e.precondition)
+            ver = e.verification
+            doc["verification"] = _check_json(ver)
+            if ver is not None and not ver.passed:
+                doc["verification"]["rollback"] = ver.rollback
+            doc["rollbacks"] = [r.result_id for r in e.rollbacks]
+            doc["reconciled"] = None if e.reconciled is None else {
+                "outcome": e.reconciled.outcome, "observation": e.reconciled.observation, "by": "reconcile"}
+            doc["reconcile_check"] = _check_json(e.reconcile_check)
     else:
         result = e.result
         doc["usage"] = getattr(result, "usage", None)
@@ -245,6 +272,10 @@ def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, st
         return "finished", nxt.reason
     if holder is not None:
         return "active", f"the run is in progress, held by {holder}"
+    if isinstance(nxt, AlertStop):
+        return "needs_operator", _waiting(nxt.executions[0])["reason"]
+    if isinstance(nxt, NeedsOperator) and nxt.executions[0].kind == "rollback":
+        return "needs_operator", _waiting(nxt.executions[0])["reason"]
     if isinstance(nxt, NeedsOperator):
         e = nxt.executions[0]
         return "needs_operator", (
@@ -269,16 +300,22 @@ async def mark_resolved(
     reason: str | None = None,
     by: str | None = None,
 ) -> Recovery:
-    """Settle an unknown action of a run with a durable `resolution` record.
+    """Settle an unknown action, an alert or an unknown rollback with a durable `resolution` record.
 
-    `executed=True` means the action did happen: resume reuses `observation`
-    as its result. `executed=False` means it did not: resume runs it again as
-    a new attempt (with the same idempotency key).
+    For an unknown action: `executed=True` means it did happen (resume
+    reuses `observation` as its result); `executed=False` means it did not
+    (resume runs it again as a new attempt, with the same idempotency key).
+    For an alert (a failed verification nothing undid, log format 1.1):
+    `executed=True` means the effect stands (the model reads `observation`);
+    `executed=False` means it has no effect (the model is told so; the
+    action is not run again). For an unknown rollback: `executed=True`
+    means it undid the action; `executed=False` that it did not (resume
+    runs the rollback again).
 
     Args:
         store: where the run lives.
         run_id: the run.
-        result_id: the unknown execution's result id (see `polyloop inspect`).
+        result_id: the id of what waits (`waiting` of `polyloop inspect --json`).
         executed: the operator's verdict.
         observation: what the action produced (only with `executed=True`).
         reason: why the operator decided so.
@@ -288,7 +325,8 @@ async def mark_resolved(
         The run's `Recovery` after the resolution.
 
     Raises:
-        ResolutionError: `result_id` is not an unknown, unresolved action of the run.
+        ResolutionError: `result_id` is not an unknown action, an alert or
+            an unknown rollback of the run waiting for a person.
         RunActiveError: a live process holds the run.
         RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
@@ -328,12 +366,17 @@ def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
     if e is None:
         ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
         raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")
-    if e.kind != "action":
+    if e.kind == "model_call":
         raise ResolutionError(
             run_id, result_id, "it is a model call; resume re-issues unknown model calls by itself"
         )
-    if e.state != "unknown":
-        raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown")
+    if e.state == "alert":
+        if all(b is not e for b in recovery.blocking):
+            waits = recovery.blocking[0].result_id if recovery.blocking else None
+            why = f"settle its unknown rollback {waits} first" if waits else "resume runs its rollback first"
+            raise ResolutionError(run_id, result_id, why)
+    elif e.state != "unknown":
+        raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown or alert")
 
 
 def _os_user() -> str:

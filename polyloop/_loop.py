@@ -23,6 +23,7 @@ from ._classify import Walker, _tool_call, walk
 from ._codec import ParsedLog
 from ._errors import (
     MAX_RETRY_AFTER,
+    AlertError,
     CorruptLogError,
     ModelCallError,
     NeedsOperatorError,
@@ -35,7 +36,14 @@ from ._errors import (
 from ._ids import idempotency_key
 from ._model import ModelOutput, Usage, _History
 from ._plan import (
+    AbortAction,
+    AlertStop,
     CallModel,
+    Complete,
+    ContinueAction,
+    Reconcile,
+    Rollback,
+    Verify,
     CompleteFinal,
     Finished,
     FinishAttempts,
@@ -47,7 +55,9 @@ from ._plan import (
     plan,
 )
 from ._records import (
+    ActionResult,
     FinishReason,
+    GuardCheck,
     Intent,
     ModelCallResult,
     Record,
@@ -57,7 +67,7 @@ from ._records import (
     representable,
 )
 from ._store import LockingStore, ProbingStore, Store
-from ._tools import Tool, ToolContext, observation_text
+from ._tools import Tool, ToolContext, call_guard, guard_verdict, observation_text
 
 if TYPE_CHECKING:
     from ._agent import Agent, RunResult
@@ -188,13 +198,22 @@ class _Run:
         self.run_id = walker.started.run_id
         self.tools = {t.name: t for t in agent.tools}
         self.specs = [t.spec() for t in agent.tools]
+        self.alerted: set[str] = set()  # failed verifications this process told `on_alert` about
         self._writers = {
             Intent: store.write_intent,
             ModelCallResult: store.write_model_call_result,
             StepCompleted: store.write_step_completed,
             RunFinished: store.write_run_finished,
             Resolution: store.write_resolution,
+            GuardCheck: getattr(store, "write_guard_check", None),
+            ActionResult: getattr(store, "write_action_result", None),
         }
+        for t in agent.tools:
+            recorded = walker.guards.get(t.name)
+            if (t.guard_config() or None) != recorded and any(
+                c.get("name") == t.name for c in walker.started.config.get("tools") or []
+            ):
+                raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
 
     async def go(self) -> RunResult:
         history = rebuild_history(self.walker)
@@ -217,6 +236,13 @@ class _Run:
                 return await self._finish("error", None, error=error)
             elif isinstance(nxt, NeedsOperator):
                 raise NeedsOperatorError(self.run_id, nxt.executions)
+            elif isinstance(nxt, AlertStop):
+                from ._guard_run import redeliver
+
+                await redeliver(self, self.walker.steps[nxt.executions[0].step - 1].actions[-1])
+                raise AlertError(self.run_id, nxt.executions)
+            elif isinstance(nxt, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
+                await self._guarded(nxt, history)
             else:
                 assert isinstance(nxt, Finished)
                 return self._recorded_result()
@@ -230,8 +256,14 @@ class _Run:
 
     async def _write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
+        writer = self._writers[type(record)]
+        if writer is None:
+            raise StoreError(
+                f"the store cannot write {record.TAG} records (log format 1.1), which guarded tools "
+                f"need: it lacks write_{record.TAG}", run_id=self.run_id,
+            )
         try:
-            await self._writers[type(record)](self.run_id, record)
+            await writer(self.run_id, record)
         except PolyLoopError:
             raise
         except Exception as exc:
@@ -294,15 +326,41 @@ class _Run:
                 idempotency_key=key,
             )
         )
-        ctx = ToolContext(self.run_id, nxt.step, nxt.attempt, rid, key)
+        await self._execute(tool, ToolContext(self.run_id, nxt.step, nxt.attempt, rid, key), nxt.args, history)
+
+    async def _execute(self, tool: Tool, ctx: ToolContext, args: dict[str, Any], history: _History) -> None:
+        """Run an action whose intent is durable: precondition, the tool, and its outcome."""
+        step, rid = ctx.step, ctx.result_id
+        pre = tool.guards.precondition
+        if pre is not None:
+            # Recorded (durably) before the tool runs: an intent without this
+            # record is an action that provably did not run.
+            passed, reason = await _judge(pre, "precondition", args, ctx)
+            await self._write(GuardCheck(result_id=rid, guard="precondition", passed=passed, reason=reason))
+            if not passed:
+                return  # the planner completes the step: AbortAction
         try:
-            observation, is_error = await _invoke(tool, nxt.args, ctx)
+            observation, is_error = await _invoke(tool, args, ctx)
         except _CancelledAfter as late:
             # The tool's thread ended after the run was cancelled: its outcome
             # is known, so record it rather than leave an unknown behind.
-            await self._complete(nxt.step, rid, *late.outcome, nxt.tool, history)
+            await self._outcome(tool, step, rid, *late.outcome, history)
             raise asyncio.CancelledError() from None
-        await self._complete(nxt.step, rid, observation, is_error, nxt.tool, history)
+        await self._outcome(tool, step, rid, observation, is_error, history)
+
+    async def _outcome(
+        self, tool: Tool, step: int, rid: str, observation: str, is_error: bool, history: _History
+    ) -> None:
+        if tool.guards.verify is not None and not is_error:
+            # The step is not done until the target is read back (planner: Verify).
+            await self._write(ActionResult(result_id=rid, observation=representable(observation)))
+            return
+        await self._complete(step, rid, observation, is_error, tool.name, history)
+
+    async def _guarded(self, nxt: Any, history: _History) -> None:
+        from ._guard_run import carry_out
+
+        await carry_out(self, nxt, history)
 
     async def _complete(
         self, step: int, rid: str | None, observation: str, is_error: bool, tool: str, history: _History
@@ -335,6 +393,16 @@ def _storable(value: Any) -> Any:
         return value
     except (UnicodeEncodeError, TypeError):
         return representable(value)
+
+
+async def _judge(fn: Any, what: str, *args: Any) -> tuple[bool, str | None]:
+    """(passed, reason) of a precondition or verify; an exception fails it, with its text."""
+    try:
+        return guard_verdict(await call_guard(fn, *args))
+    except asyncio.CancelledError:
+        raise
+    except (Exception, SystemExit) as exc:
+        return False, f"the {what} raised {type(exc).__name__}: {exc}"
 
 
 async def _invoke(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:

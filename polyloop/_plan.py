@@ -43,8 +43,9 @@ class CallModel:
 class RunAction:
     """Run the tool call the model chose, as `attempt` of the step's action.
 
-    `why` is `first`, `replay` (an unknown `safe` attempt) or `rerun` (an
-    operator said the last attempt did not execute).
+    `why` is `first`, `replay` (an unknown `safe` attempt), `rerun` (an
+    operator said the last attempt did not execute) or `reconciled` (the
+    tool's reconcile said so).
     """
 
     step: int
@@ -95,6 +96,83 @@ class FinishAttempts:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class ContinueAction:
+    """The action's intent is durable but its precondition was never checked: it has not run.
+
+    Check the precondition now and, if it passes, run the tool under that intent.
+    """
+
+    step: int
+    attempt: int
+    result_id: str
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortAction:
+    """The precondition failed (recorded): complete the step saying the action did not run."""
+
+    step: int
+    result_id: str
+    tool: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verify:
+    """The tool returned (or reconcile said it executed): read the target back now."""
+
+    step: int
+    result_id: str
+    tool: str
+    observation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rollback:
+    """Verification failed and the tool declares an undo/compensate rollback: run it as `attempt`."""
+
+    step: int
+    attempt: int
+    action_id: str
+    tool: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reconcile:
+    """An unknown `never` action whose tool declares `reconcile`: ask the world."""
+
+    step: int
+    result_id: str
+    tool: str
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """The action's outcome is recorded: complete the step with `observation`.
+
+    `why` is `verified`, `rolled_back`, `reconciled` or `settled` (an
+    operator settled an alert).
+    """
+
+    step: int
+    result_id: str
+    tool: str
+    observation: str
+    is_error: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlertStop:
+    """A failed verification nothing has undone: stop until an operator settles it."""
+
+    executions: tuple[Any, ...]
+
+
 Next = Union[
     Finished,
     NeedsOperator,
@@ -105,6 +183,13 @@ Next = Union[
     FinishFinal,
     FinishBudget,
     FinishAttempts,
+    ContinueAction,
+    AbortAction,
+    Verify,
+    Rollback,
+    Reconcile,
+    Complete,
+    AlertStop,
 ]
 
 
@@ -126,6 +211,8 @@ def plan(state: Recovery | Walker) -> Next:
         blocking = state.blocking()
         steps = state.steps
     if blocking:
+        if blocking[0].state == "alert":
+            return AlertStop(tuple(blocking))
         return NeedsOperator(tuple(blocking))
     done = state.completed_steps
     view = steps[done] if len(steps) > done else None
@@ -148,11 +235,61 @@ def plan(state: Recovery | Walker) -> Next:
     if not view.actions:
         return RunAction(view.step, 1, call["name"], call["args"])
     last = view.actions[-1]
-    res = last.resolution
+    guarded = _guarded(view.step, last, call)
+    if guarded is not None:
+        return guarded
+    res = last.resolution or last.reconciled
     if res is not None and res.outcome == "executed":
         return ReuseResolution(view.step, last.result_id, call["name"], res.observation or "")
+    if res is not None and res.source == "reconcile":
+        return RunAction(view.step, last.attempt + 1, call["name"], call["args"], "reconciled")
     why = "rerun" if res is not None else "replay"
     return RunAction(view.step, last.attempt + 1, call["name"], call["args"], why)
+
+
+def _guarded(step: int, last: Any, call: dict[str, Any]) -> Next | None:
+    """The next move for an action with guard records (None: decide as for any action)."""
+    tool, rid = call["name"], last.result_id
+    state = last.state
+    if state == "pending":
+        return ContinueAction(step, last.attempt, rid, tool, call["args"])
+    pre = last.precondition
+    if pre is not None and not pre.passed:
+        return AbortAction(step, rid, tool, pre.reason or "the precondition returned False")
+    ver = last.verification
+    if state == "alert" or state == "rolled_back":
+        assert ver is not None
+        rb = last.rollbacks[-1] if last.rollbacks else None
+        if state == "alert":  # the blocking check let it through: a rollback is to run
+            attempt = 1 if rb is None else rb.attempt + 1
+            return Rollback(step, attempt, rid, tool, ver.rollback or "")
+        assert rb is not None
+        said = rb.returned.observation if rb.returned is not None else (rb.resolution.observation or "")
+        text = f"{tool} was rolled back ({ver.rollback}) because its verification failed: {_why(ver)}"
+        return Complete(step, rid, tool, text + (f"; the rollback returned: {said}" if said else ""), True,
+                        "rolled_back")
+    if ver is not None and not ver.passed:  # an operator settled the alert
+        res = last.resolution
+        if res.outcome == "executed":
+            return Complete(step, rid, tool, res.observation or "", False, "settled")
+        text = f"{tool} did not take effect (an operator settled its failed verification)"
+        return Complete(step, rid, tool, text + (f": {res.reason}" if res.reason else ""), True, "settled")
+    reconciled = last.reconciled
+    if last.resolution is None and reconciled is not None and reconciled.outcome == "executed":
+        if ver is None and (last.guards or {}).get("verify"):
+            return Verify(step, rid, tool, reconciled.observation or "")
+        return Complete(step, rid, tool, reconciled.observation or "", False, "reconciled")
+    if last.returned is not None:
+        if ver is None:
+            return Verify(step, rid, tool, last.returned.observation)
+        return Complete(step, rid, tool, last.returned.observation, last.returned.is_error, "verified")
+    if state == "unknown" and last.replay != "safe" and (last.guards or {}).get("reconcile"):
+        return Reconcile(step, rid, tool)
+    return None
+
+
+def _why(check: Any) -> str:
+    return check.reason or "the verification returned False"
 
 
 def describe(nxt: Next, run_id: str) -> str:
@@ -162,10 +299,50 @@ def describe(nxt: Next, run_id: str) -> str:
     if isinstance(nxt, NeedsOperator):
         e = nxt.executions[0]
         settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        if e.kind == "rollback":
+            return (
+                f"stop: the outcome of the rollback of {e.tool} ({e.result_id}, step {e.step}) is "
+                f"unknown and a rollback is never repeated silently; settle it with `{settle} "
+                "--executed` (it undid the action) or `--not-executed` (run it again)"
+            )
         return (
             f"stop: the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown and "
             f"the tool is `never` replay; settle it with `{settle} --executed` or `--not-executed`"
         )
+    if isinstance(nxt, AlertStop):
+        e = nxt.executions[0]
+        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        ver = e.verification
+        why = ver.reason if ver is not None and ver.reason else "it returned False"
+        return (
+            f"stop: the verification of {e.tool} ({e.result_id}, step {e.step}) failed ({why}) and "
+            f"nothing undid it; check the world, then settle it with `{settle} --executed` "
+            "(the effect stands) or `--not-executed` (it has no effect)"
+        )
+    if isinstance(nxt, ContinueAction):
+        return f"check the precondition of {nxt.tool} (step {nxt.step}), then run it: it has not run yet"
+    if isinstance(nxt, AbortAction):
+        return f"record that {nxt.tool} (step {nxt.step}) did not run: its precondition failed"
+    if isinstance(nxt, Verify):
+        return f"verify {nxt.tool} (step {nxt.step}, {nxt.result_id}) by reading its target back"
+    if isinstance(nxt, Rollback):
+        return (
+            f"roll back {nxt.tool} (step {nxt.step}, {nxt.kind}) after its failed verification, "
+            f"as rollback attempt {nxt.attempt}"
+        )
+    if isinstance(nxt, Reconcile):
+        return (
+            f"ask {nxt.tool}'s reconcile whether {nxt.result_id} (step {nxt.step}) happened, "
+            "instead of an operator"
+        )
+    if isinstance(nxt, Complete):
+        how = {
+            "verified": "its verified result",
+            "rolled_back": "the news that it was rolled back",
+            "reconciled": "the observation its reconcile reported",
+            "settled": "the operator's settlement",
+        }[nxt.why]
+        return f"complete step {nxt.step} with {how} ({nxt.tool}) and continue"
     if isinstance(nxt, FinishFinal):
         return f"record the end of the run: step {nxt.step} gave the final answer"
     if isinstance(nxt, FinishBudget):
@@ -188,4 +365,9 @@ def describe(nxt: Next, run_id: str) -> str:
         return f"run {nxt.tool} (step {nxt.step})"
     if nxt.why == "rerun":
         return f"run {nxt.tool} again (step {nxt.step}, attempt {nxt.attempt})"
+    if nxt.why == "reconciled":
+        return (
+            f"run {nxt.tool} again (step {nxt.step}, attempt {nxt.attempt}): its reconcile "
+            "said it did not execute"
+        )
     return f"replay the safe action {nxt.tool} (step {nxt.step}) as attempt {nxt.attempt}"

@@ -23,15 +23,18 @@ import orjson
 
 from ._errors import RecordError, SchemaVersionError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 """`major.minor` of the log format this library writes."""
 
 SUPPORTED_MAJOR = 1
 
-Kind = Literal["model_call", "action"]
+Kind = Literal["model_call", "action", "rollback"]
 Replay = Literal["safe", "never"]
 FinishReason = Literal["final_answer", "max_steps", "error"]
 Outcome = Literal["executed", "not_executed"]
+Guard = Literal["precondition", "verify", "reconcile"]
+RollbackKind = Literal["undo", "compensate", "alert"]
+Source = Literal["operator", "reconcile"]
 
 
 _second: tuple[int, str] = (-1, "")
@@ -129,7 +132,12 @@ class RunFinished:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Resolution:
-    """An operator's verdict on an unknown action (written by `mark-resolved`)."""
+    """A verdict on an unknown action, a failed verification or an unknown rollback.
+
+    Written by an operator (`mark-resolved`, `source="operator"`) or, since
+    log format 1.1, by the tool's own `reconcile` guard on resume
+    (`source="reconcile"`, `by="reconcile"`).
+    """
 
     TAG: ClassVar[str] = "resolution"
     result_id: str
@@ -137,10 +145,47 @@ class Resolution:
     observation: str | None = None
     by: str = ""
     reason: str | None = None
+    source: Source = "operator"
     at: str = field(default_factory=utc_now)
 
 
-Record = Union[RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardCheck:
+    """A guard's verdict on an action (log format 1.1).
+
+    `guard` is `precondition` (checked after the intent, before the tool
+    runs), `verify` (the target read back after the tool returned; a failed
+    one is an alert, `rollback` names what the tool declared for it) or
+    `reconcile` (only ever failed: the world could not tell, an operator must).
+    """
+
+    TAG: ClassVar[str] = "guard_check"
+    result_id: str
+    guard: Guard
+    passed: bool
+    reason: str | None = None
+    rollback: RollbackKind | None = None
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionResult:
+    """What a verified action's tool, or a rollback, returned (log format 1.1).
+
+    The step is not done yet: a verification (or, for a rollback, the
+    step's completion) follows.
+    """
+
+    TAG: ClassVar[str] = "action_result"
+    result_id: str
+    observation: str
+    is_error: bool = False
+    at: str = field(default_factory=utc_now)
+
+
+Record = Union[
+    RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution, GuardCheck, ActionResult
+]
 RECORD_TYPES: tuple[type, ...] = (
     RunStarted,
     Intent,
@@ -148,7 +193,11 @@ RECORD_TYPES: tuple[type, ...] = (
     StepCompleted,
     RunFinished,
     Resolution,
+    GuardCheck,
+    ActionResult,
 )
+# Records a 1.0 writer never wrote.
+NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
@@ -249,6 +298,21 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "observation": (_STR, True),
         "by": (_STR, False),
         "reason": (_STR, True),
+        "source": (_STR, False),
+        "at": (_STR, False),
+    },
+    GuardCheck: {
+        "result_id": (_STR, False),
+        "guard": (_STR, False),
+        "passed": ((bool,), False),
+        "reason": (_STR, True),
+        "rollback": (_STR, True),
+        "at": (_STR, False),
+    },
+    ActionResult: {
+        "result_id": (_STR, False),
+        "observation": (_STR, False),
+        "is_error": ((bool,), False),
         "at": (_STR, False),
     },
 }
@@ -259,7 +323,9 @@ _OPTIONAL = {
     ModelCallResult: {"usage", "error"},
     StepCompleted: {"is_error"},
     RunFinished: {"error"},
-    Resolution: {"observation", "reason", "by"},
+    Resolution: {"observation", "reason", "by", "source"},
+    GuardCheck: {"reason", "rollback"},
+    ActionResult: {"is_error"},
 }
 
 
@@ -312,14 +378,14 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
         if schema_major(v["schema_version"]) != SUPPORTED_MAJOR:
             raise SchemaVersionError(None, v["schema_version"])
     elif cls is Intent:
-        if v["kind"] not in ("model_call", "action"):
-            raise RecordError(f"intent.kind {v['kind']!r} is not model_call or action")
+        if v["kind"] not in ("model_call", "action", "rollback"):
+            raise RecordError(f"intent.kind {v['kind']!r} is not model_call, action or rollback")
         if v["step"] < 1 or v["attempt"] < 1:
             raise RecordError("intent step and attempt start at 1")
         action_fields = ("tool", "args", "replay", "idempotency_key")
-        if v["kind"] == "action":
+        if v["kind"] != "model_call":
             if any(v.get(f) is None for f in action_fields):
-                raise RecordError("action intent lacks tool, args, replay or idempotency_key")
+                raise RecordError(f"{v['kind']} intent lacks tool, args, replay or idempotency_key")
             if v["replay"] not in ("safe", "never"):
                 raise RecordError(f"intent.replay {v['replay']!r} is not safe or never")
         elif any(v.get(f) is not None for f in action_fields):
@@ -333,6 +399,13 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
     elif cls is Resolution:
         if v["outcome"] not in ("executed", "not_executed"):
             raise RecordError(f"resolution.outcome {v['outcome']!r} is unknown")
+        if v.get("source", "operator") not in ("operator", "reconcile"):
+            raise RecordError(f"resolution.source {v['source']!r} is not operator or reconcile")
+    elif cls is GuardCheck:
+        if v["guard"] not in ("precondition", "verify", "reconcile"):
+            raise RecordError(f"guard_check.guard {v['guard']!r} is not precondition, verify or reconcile")
+        if v.get("rollback") not in (None, "undo", "compensate", "alert"):
+            raise RecordError(f"guard_check.rollback {v['rollback']!r} is not undo, compensate or alert")
     elif cls is ModelCallResult:
         if (v["output"] is None) == (v.get("error") is None):
             raise RecordError("model_call_result has exactly one of output and error")

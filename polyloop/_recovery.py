@@ -9,9 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._records import Intent, ModelCallResult, Resolution, RunFinished, RunStarted, StepCompleted
+from ._records import (
+    ActionResult,
+    GuardCheck,
+    Intent,
+    ModelCallResult,
+    Resolution,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+)
 
-State = Literal["done", "unknown", "superseded", "resolved"]
+State = Literal["done", "unknown", "superseded", "resolved", "pending", "alert", "rolled_back"]
 Status = Literal["finished", "needs_operator", "resumable"]
 DEFAULT_MAX_ATTEMPTS = 6
 
@@ -51,13 +60,23 @@ class Execution(IntentFields):
 
     Attributes:
         result_id: the id its result is (or would be) stored under.
-        kind: `"model_call"` or `"action"`.
+        kind: `"model_call"`, `"action"` or `"rollback"` (log format 1.1).
         step, attempt: where it belongs (both from 1).
-        state: `done`, `unknown`, `superseded` or `resolved`.
+        state: `done`, `unknown`, `superseded` or `resolved`; for guarded
+            actions also `pending` (intent durable, precondition not yet
+            checked: it has not run), `alert` (its verification failed and
+            nothing has settled it) or `rolled_back`.
         intent: the intent record.
         result: the `ModelCallResult` or `StepCompleted` naming it, if any.
-        resolution: the operator's `Resolution`, if any.
+        resolution: an operator's `Resolution`, if any (see `verdict`).
         index: position of the intent in the log (0-based).
+        precondition: its precondition `GuardCheck`, if recorded.
+        returned: what a verified tool or a rollback returned (`ActionResult`).
+        verification: its verify `GuardCheck`, if recorded.
+        reconciled: the tool's reconcile `Resolution`, if any.
+        reconcile_check: a reconcile that could not tell (`GuardCheck`), if any.
+        rollbacks: its rollback executions, in order.
+        guards: what `run_started` recorded about the tool's guards (None or empty: none).
     """
 
     result_id: str
@@ -69,6 +88,18 @@ class Execution(IntentFields):
     result: ModelCallResult | StepCompleted | None
     resolution: Resolution | None
     index: int
+    precondition: GuardCheck | None = None
+    returned: ActionResult | None = None
+    verification: GuardCheck | None = None
+    reconciled: Resolution | None = None
+    reconcile_check: GuardCheck | None = None
+    rollbacks: tuple[Execution, ...] = ()
+    guards: dict[str, Any] | None = None
+
+    @property
+    def verdict(self) -> Resolution | None:
+        """The resolution that decides: an operator's wins over the tool's reconcile."""
+        return self.resolution or self.reconciled
 
 
 
@@ -98,7 +129,8 @@ class Recovery:
         executions: every execution in log order.
         steps: one `StepView` per step that has any record, in order.
         status: `finished`, `needs_operator` or `resumable`.
-        blocking: the unknown, unresolved `never` actions an operator must settle.
+        blocking: what a person must settle: unknown, unresolved `never`
+            actions and rollbacks, and alerted actions (state `alert`).
         resolutions: every `resolution` record in log order.
     """
 

@@ -6,7 +6,17 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ._records import Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted
+from ._records import (
+    ActionResult,
+    GuardCheck,
+    Intent,
+    ModelCallResult,
+    Record,
+    Resolution,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+)
 
 
 @runtime_checkable
@@ -19,10 +29,11 @@ class Store(Protocol):
     Ordering: records of one run must read back in the order their writes
     returned. The library never issues two writes for the same run at once.
 
-    Durability: when `write_run_started`, `write_intent`, `write_run_finished`
-    or `write_resolution` returns, the record (and every record of that run
+    Durability: when `write_run_started`, `write_intent`, `write_run_finished`,
+    `write_resolution` or `write_guard_check` returns, the record (and every record of that run
     written before it) must survive a crash of the process and of the
-    machine. `write_model_call_result` and `write_step_completed` need only
+    machine. `write_model_call_result`, `write_step_completed` and
+    `write_action_result` need only
     survive a crash of the process; the next durable write of the run makes
     them durable too (prefix durability). A write that raises may or may not
     have landed, but must never leave a partial record visible.
@@ -59,6 +70,23 @@ class Store(Protocol):
 
     async def write_resolution(self, run_id: str, record: Resolution) -> None:
         """Append an operator's resolution. Durable before it returns."""
+        ...
+
+    async def write_guard_check(self, run_id: str, record: GuardCheck) -> None:
+        """Append a guard's verdict (log format 1.1). Durable before it returns.
+
+        A passed precondition precedes the action, a failed verification is
+        an alert: both must survive before anything follows. Only agents
+        with guarded tools write these; a store without this method still
+        serves every other agent.
+        """
+        ...
+
+    async def write_action_result(self, run_id: str, record: ActionResult) -> None:
+        """Append what a verified action or a rollback returned (log format 1.1).
+
+        Survives a process crash; durable with the next durable write.
+        """
         ...
 
     async def read_log(self, run_id: str) -> Sequence[Record]:

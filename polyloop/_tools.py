@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import pydantic
 
 Replay = Literal["safe", "never"]
+RollbackKind = Literal["undo", "compensate", "alert"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +71,12 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         replay: Replay = "never",
+        irreversible: bool = False,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
+        self.irreversible = irreversible
+        self.guards = _Guards()
         self.fn = fn
         self.name = name or fn.__name__
         doc = inspect.getdoc(fn) or ""
@@ -90,6 +94,80 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"<Tool {self.name} replay={self.replay}>"
+
+    # -- guards (docs/how-to/guard-a-side-effect.md) ----------------------------------
+
+    def precondition(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Declare `fn(args, ctx)` as the tool's precondition; returns `fn` unchanged.
+
+        Checked after the action's intent is durable and immediately before
+        the tool runs, on every attempt and after every resume. `True`
+        passes; `False` or a string (the reason) fails: the tool does not
+        run, the model reads why, the run goes on. It must not change the world.
+        """
+        self.guards.precondition = fn
+        return fn
+
+    def verify(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Declare `fn(args, result, ctx)` as the tool's read-back verification; returns `fn`.
+
+        Runs after the tool returned normally (not after it raised) and
+        before the step is done; `result` is the observation text the tool's
+        value became. `True` passes; `False`, a string or an exception fails,
+        which is an alert (see `Agent(on_alert=...)`) followed by the
+        declared rollback, or a stop for an operator when there is none.
+        """
+        self.guards.verify = fn
+        return fn
+
+    def rollback(self, *, kind: RollbackKind) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Declare `fn(args, result, ctx)` as what undoes the action when verification fails.
+
+        Args:
+            kind: `"undo"` (reverse the effect in band), `"compensate"` (a new
+                compensating action, saga style) or `"alert"` (the function is
+                never called: the run stops for a person, the bad state is
+                left for investigation).
+
+        Raises:
+            ValueError: an unknown kind, or an undo/compensate rollback on a
+                tool declared `irreversible=True`.
+        """
+        if kind not in ("undo", "compensate", "alert"):
+            raise ValueError(f"rollback kind must be 'undo', 'compensate' or 'alert', not {kind!r}")
+        if self.irreversible and kind != "alert":
+            raise ValueError(f"tool {self.name!r} is irreversible: it cannot declare an {kind!r} rollback")
+
+        def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.guards.rollback = fn
+            self.guards.rollback_kind = kind
+            return fn
+
+        return declare
+
+    def reconcile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Declare `fn(args, ctx)`, which asks the world whether an unknown execution happened.
+
+        On resume an unknown execution of this tool is settled by it instead
+        of an operator: return `executed(observation)`, `not_executed()` or
+        `unknown()`. It must only read (a crash during it simply reconciles
+        again); an exception counts as `unknown()`.
+        """
+        self.guards.reconcile = fn
+        return fn
+
+    def guard_config(self) -> dict[str, Any] | None:
+        """What `run_started` records about the tool's guards (None when it declares none)."""
+        g = self.guards
+        if not (self.irreversible or g.precondition or g.verify or g.rollback_kind or g.reconcile):
+            return None
+        return {
+            "precondition": g.precondition is not None,
+            "verify": g.verify is not None,
+            "rollback": g.rollback_kind,
+            "reconcile": g.reconcile is not None,
+            "irreversible": self.irreversible,
+        }
 
     def spec(self) -> dict[str, Any]:
         """`{"name", "description", "parameters"}` with parameters as JSON Schema."""
@@ -141,6 +219,70 @@ class Tool:
         if self.is_async:
             return await self.fn(*call_args, **kwargs)
         return await asyncio.to_thread(self.fn, *call_args, **kwargs)
+
+
+class _Guards:
+    """The guard functions a tool declared (None: not declared)."""
+
+    __slots__ = ("precondition", "verify", "rollback", "rollback_kind", "reconcile")
+
+    def __init__(self) -> None:
+        self.precondition: Callable[..., Any] | None = None
+        self.verify: Callable[..., Any] | None = None
+        self.rollback: Callable[..., Any] | None = None
+        self.rollback_kind: RollbackKind | None = None
+        self.reconcile: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What a `reconcile` guard found: build it with `executed`, `not_executed` or `unknown`.
+
+    Attributes:
+        outcome: `"executed"`, `"not_executed"` or `"unknown"`.
+        observation: with `executed`, what the model reads as the action's result.
+        reason: with `unknown`, why the world could not tell (shown to the operator).
+    """
+
+    outcome: Literal["executed", "not_executed", "unknown"]
+    observation: str | None = None
+    reason: str | None = None
+
+
+def executed(observation: Any = "") -> Reconciled:
+    """The action did happen; `observation` (made text like a tool's return value) completes it."""
+    return Reconciled("executed", observation=observation_text(observation))
+
+
+def not_executed() -> Reconciled:
+    """The action did not happen: resume runs it again (its precondition is checked again)."""
+    return Reconciled("not_executed")
+
+
+def unknown(reason: str | None = None) -> Reconciled:
+    """The world cannot tell: the run stops for an operator, as without reconcile."""
+    return Reconciled("unknown", reason=reason)
+
+
+async def call_guard(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a guard, sync ones in a worker thread so the event loop others share never waits."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    value = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def guard_verdict(value: Any) -> tuple[bool, str | None]:
+    """(passed, reason) for what a precondition or verify returned: only `True` passes."""
+    if value is True:
+        return True, None
+    if value is False:
+        return False, None
+    if isinstance(value, str):
+        return False, value
+    return False, f"the guard returned {type(value).__name__}, not True, False or a reason"
 
 
 def observation_text(value: Any) -> str:
@@ -363,7 +505,11 @@ def _indent(line: str) -> int:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, replay: Replay = "never", name: str | None = None, description: str | None = None
+    *,
+    replay: Replay = "never",
+    name: str | None = None,
+    description: str | None = None,
+    irreversible: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -374,6 +520,7 @@ def tool(
     replay: Replay = "never",
     name: str | None = None,
     description: str | None = None,
+    irreversible: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -400,11 +547,14 @@ def tool(
         replay: `"never"` (default) or `"safe"`.
         name: the name the model uses; defaults to the function's name.
         description: overrides the docstring.
+        irreversible: the action cannot be undone: it may not declare an
+            undo or compensate rollback, and a failed verification stops the
+            run for a person (see `Tool.verify`).
     """
     if fn is not None:
-        return Tool(fn, replay=replay, name=name, description=description)
+        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, replay=replay, name=name, description=description)
+        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible)
 
     return wrap

@@ -1,4 +1,4 @@
-"""Test support: the in-memory store and the storage contract kit.
+"""Test support: the in-memory store, the storage contract kit and the rollback rehearsal.
 
 Run the contract against your own store with pytest::
 
@@ -23,14 +23,17 @@ from typing import Any
 
 from ._contract import PROPERTIES, ContractViolation, StoreContract, check_store, logical
 from ._memory import MemoryStore
+from ._rehearse import Rehearsal, rehearse_rollback
 
 __all__ = [
     "PROPERTIES",
     "ContractViolation",
     "MemoryStore",
+    "Rehearsal",
     "StoreContract",
     "check_store",
     "logical",
+    "rehearse_rollback",
 ]
 
 _LAZY = {

@@ -22,6 +22,8 @@ from .._errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNot
 from .._inspect import mark_resolved
 from .._model import ScriptedModel
 from .._records import (
+    ActionResult,
+    GuardCheck,
     Intent,
     ModelCallResult,
     Record,
@@ -100,6 +102,10 @@ async def _write(store: Store, run_id: str, record: Record) -> None:
         await store.write_step_completed(run_id, record)
     elif isinstance(record, RunFinished):
         await store.write_run_finished(run_id, record)
+    elif isinstance(record, GuardCheck):
+        await store.write_guard_check(run_id, record)  # type: ignore[attr-defined]
+    elif isinstance(record, ActionResult):
+        await store.write_action_result(run_id, record)  # type: ignore[attr-defined]
     else:
         await store.write_resolution(run_id, record)
 
@@ -352,6 +358,46 @@ async def unknown_major_version_is_refused(factory: StoreFactory) -> None:
     raise ContractViolation("read_log of a log written in format 99.0 did not raise SchemaVersionError")
 
 
+def _guarded_run(run_id: str) -> list[Record]:
+    guards = {"precondition": True, "verify": True, "rollback": "undo", "reconcile": False, "irreversible": False}
+    call = {"name": "pay", "args": {"amount": 5}}
+    return [
+        RunStarted(run_id=run_id, goal="guarded", config={"max_steps": 2, "tools": [
+            {"name": "pay", "replay": "never", "guards": guards}]}),
+        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+        ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": call}),
+        Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="pay", args={"amount": 5},
+               replay="never", idempotency_key="pl-key"),
+        GuardCheck(result_id="s1-a1", guard="precondition", passed=True),
+        ActionResult(result_id="s1-a1", observation="paid 5"),
+        GuardCheck(result_id="s1-a1", guard="verify", passed=False, reason="ledger: 4", rollback="undo"),
+        Intent(kind="rollback", step=1, attempt=1, result_id="s1-r1", tool="pay", args={"amount": 5},
+               replay="never", idempotency_key="pl-key-rollback"),
+        ActionResult(result_id="s1-r1", observation="undone"),
+        StepCompleted(step=1, result_id="s1-a1", observation="rolled back", is_error=True),
+    ]
+
+
+async def guard_records_round_trip(factory: StoreFactory) -> None:
+    """The log format 1.1 records of a guarded action read back equal, in order, and classify.
+
+    Only for a store that offers `write_guard_check` and `write_action_result`
+    (a store without them serves every agent but those with guarded tools).
+    """
+    store = await _make(factory)
+    if not (callable(getattr(store, "write_guard_check", None))
+            and callable(getattr(store, "write_action_result", None))):
+        return
+    run_id = _fresh_id("guards")
+    records = _guarded_run(run_id)
+    for r in records:
+        await _write(store, run_id, r)
+    got = list(await store.read_log(run_id))
+    _expect(got == records, f"read_log returned {got!r}, expected {records!r}")
+    verdict = classify(got, run_id=run_id)
+    _expect(verdict.execution("s1-a1").state == "rolled_back", "the guarded run should classify as rolled back")
+
+
 PROPERTIES: tuple[Property, ...] = (
     round_trip_every_record_kind,
     read_back_after_each_write,
@@ -363,6 +409,7 @@ PROPERTIES: tuple[Property, ...] = (
     unknown_actions_follow_their_replay_policy,
     lock_excludes_a_second_holder,
     unknown_major_version_is_refused,
+    guard_records_round_trip,
 )
 
 
@@ -426,3 +473,6 @@ class StoreContract:
 
     def test_unknown_major_version_is_refused(self, store_factory: StoreFactory) -> None:
         asyncio.run(unknown_major_version_is_refused(store_factory))
+
+    def test_guard_records_round_trip(self, store_factory: StoreFactory) -> None:
+        asyncio.run(guard_records_round_trip(store_factory))

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._ids import check_run_id
 from .._records import (
+    ActionResult,
+    GuardCheck,
     Intent,
     ModelCallResult,
     Record,
@@ -70,6 +72,12 @@ class MemoryStore:
         self._lines(run_id).append(encode(record))
 
     async def write_resolution(self, run_id: str, record: Resolution) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_guard_check(self, run_id: str, record: GuardCheck) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_action_result(self, run_id: str, record: ActionResult) -> None:
         self._lines(run_id).append(encode(record))
 
     async def read_log(self, run_id: str) -> list[Record]:

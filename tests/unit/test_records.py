@@ -45,6 +45,7 @@ def test_every_record_round_trips_as_one_json_line_tagged_first(record):
 def test_tags_are_the_spec_names_and_no_record_has_a_record_field():
     assert [cls.TAG for cls in RECORD_TYPES] == [
         "run_started", "intent", "model_call_result", "step_completed", "run_finished", "resolution",
+        "guard_check", "action_result",  # log format 1.1
     ]
     for cls in RECORD_TYPES:
         assert "record" not in {f.name for f in dataclasses.fields(cls)}
@@ -73,7 +74,7 @@ def test_an_unknown_major_version_fails_loudly(version):
 
 
 def test_the_writer_stamps_the_current_schema():
-    assert orjson.loads(encode(SAMPLES[0]))["schema_version"] == SCHEMA_VERSION == "1.0"
+    assert orjson.loads(encode(SAMPLES[0]))["schema_version"] == SCHEMA_VERSION == "1.1"
 
 
 @pytest.mark.parametrize(
@@ -84,7 +85,7 @@ def test_the_writer_stamps_the_current_schema():
         (lambda o: o.update(step=True), "wrong type"),
         (lambda o: o.update(step="1"), "wrong type"),
         (lambda o: o.update(step=0), "start at 1"),
-        (lambda o: o.update(kind="shell"), "is not model_call or action"),
+        (lambda o: o.update(kind="shell"), "is not model_call, action or rollback"),
         (lambda o: o.update(tool="t"), "carries action fields"),
         (lambda o: o.update(result_id=None), "must not be null"),
     ],

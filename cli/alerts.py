@@ -1,0 +1,61 @@
+"""The alert line: every failed verification (or rollback) a command's run raised, on stderr.
+
+The durable record is the alert (docs/explanation/human-oversight.md); this
+line makes sure a person at the terminal sees it too, even when the run went
+on after a successful rollback. It is read back from the log after the run,
+so it covers `run` and `resume` alike; it never fails the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+from polyloop import ActionResult, GuardCheck, Intent, Record, StepCompleted
+from polyloop.stores import open_store
+
+from . import render
+
+
+def now() -> str:
+    """The log's timestamp format, to compare with the records' `at`."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def warn_since(where: str, run_id: str | None, since: str) -> None:
+    """Print one alert line per failed rollback recorded since `since`, and per failed
+    verification recorded since then or still unsettled when the command began."""
+    if run_id is None:
+        return
+    try:
+        records = asyncio.run(_read(where, run_id))
+    except Exception:  # a warning must not turn into a second failure: the record stays
+        return
+    tools: dict[str, str] = {}
+    steps_done: dict[int, str] = {}
+    checks: list[GuardCheck] = []
+    found: list[tuple[str, str, str]] = []
+    for r in records:
+        if isinstance(r, Intent) and r.tool is not None:
+            tools[r.result_id] = r.tool
+        elif isinstance(r, StepCompleted):
+            steps_done[r.step] = r.at
+        elif isinstance(r, GuardCheck) and r.guard == "verify" and not r.passed:
+            checks.append(r)
+        elif isinstance(r, ActionResult) and r.is_error and r.at >= since and "-r" in r.result_id:
+            found.append((r.result_id, tools.get(r.result_id, "?"), f"rollback failed: {r.observation}"))
+    for c in checks:
+        # Raised by this command, or raised before (a crash may have kept it from being
+        # printed) and still unsettled when this command began: at least once.
+        step = int(c.result_id[1:].split("-")[0])
+        if c.at < since and steps_done.get(step, since) < since:
+            continue
+        then = f"; rollback: {c.rollback}" if c.rollback else "; no rollback: the run stops"
+        found.insert(0, (c.result_id, tools.get(c.result_id, "?"),
+                         f"verification failed: {c.reason or 'it returned False'}{then}"))
+    render.alerts(found)
+
+
+async def _read(where: str, run_id: str) -> list[Record]:
+    async with open_store(where) as store:
+        return list(await store.read_log(run_id))

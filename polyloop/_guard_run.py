@@ -1,0 +1,184 @@
+"""The run loop's part for guarded actions: carrying out the planner's guard verdicts.
+
+`polyloop._loop._Run.go` hands every guard `Next` (`ContinueAction`,
+`AbortAction`, `Verify`, `Rollback`, `Reconcile`, `Complete`) to
+`carry_out`, which does it intent first and writes through the run's own
+`_write`, so the walker judges every record it writes (docs/how-to/guard-a-side-effect.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from ._errors import RunMismatchError
+from ._ids import result_id, rollback_key
+from ._model import _History
+from ._plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
+from ._records import ActionResult, GuardCheck, Intent, Resolution, representable
+from ._tools import Reconciled, Tool, ToolContext, call_guard, observation_text
+
+if TYPE_CHECKING:
+    from ._loop import _Run
+
+
+async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
+    """Do one guard verdict of the planner."""
+    if isinstance(nxt, Complete):
+        await run._complete(nxt.step, nxt.result_id, nxt.observation, nxt.is_error, nxt.tool, history)
+        return
+    if isinstance(nxt, AbortAction):
+        text = f"error: {nxt.tool} did not run: its precondition failed: {nxt.reason}"
+        await run._complete(nxt.step, nxt.result_id, text, True, nxt.tool, history)
+        return
+    tool = run.tools.get(nxt.tool)
+    if tool is None:
+        raise RunMismatchError(run.run_id, "tools", nxt.tool, sorted(run.tools))
+    action = run.walker.steps[nxt.step - 1].actions[-1]
+    intent = action.intent
+    assert intent.args is not None and intent.idempotency_key is not None
+    ctx = ToolContext(run.run_id, nxt.step, intent.attempt, intent.result_id, intent.idempotency_key)
+    if isinstance(nxt, ContinueAction):
+        await run._execute(tool, ctx, intent.args, history)
+    elif isinstance(nxt, Verify):
+        await _verify(run, tool, ctx, intent.args, nxt.observation)
+    elif isinstance(nxt, Rollback):
+        await _rollback(run, tool, nxt, intent, action)
+    else:
+        assert isinstance(nxt, Reconcile)
+        await _reconcile(run, tool, ctx, intent.args)
+
+
+async def _verify(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any], observation: str) -> None:
+    from ._loop import _judge
+
+    assert tool.guards.verify is not None
+    passed, reason = await _judge(tool.guards.verify, "verification", args, observation, ctx)
+    kind = None if passed else tool.guards.rollback_kind
+    # Durable before anyone is told and before any rollback: the alert's record.
+    await run._write(GuardCheck(result_id=ctx.result_id, guard="verify", passed=passed, reason=reason, rollback=kind))
+    if not passed:
+        run.alerted.add(ctx.result_id)
+        await _alert(run, "verification_failed", tool, ctx, args, reason, kind)
+
+
+async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action: Any) -> None:
+    assert tool.guards.rollback is not None and intent.idempotency_key is not None
+    await redeliver(run, action)
+    rid = result_id("rollback", nxt.step, nxt.attempt)
+    key = rollback_key(intent.idempotency_key)
+    # Its own durable intent: a crash inside the rollback leaves an unknown
+    # rollback that stops for an operator, never a silent repeat.
+    await run._write(
+        Intent(kind="rollback", step=nxt.step, attempt=nxt.attempt, result_id=rid, tool=tool.name,
+               args=intent.args, replay="never", idempotency_key=key)
+    )
+    returned = action.returned.observation if action.returned is not None else (
+        action.reconciled.observation if action.reconciled is not None else "")
+    ctx = ToolContext(run.run_id, nxt.step, nxt.attempt, rid, key)
+    done = asyncio.ensure_future(_undo(tool.guards.rollback, intent.args, returned, ctx))
+    cancelled = False
+    while True:
+        try:
+            observation, failed = await asyncio.shield(done)
+            break
+        except asyncio.CancelledError:
+            if done.done() and done.cancelled():
+                raise
+            if inspect.iscoroutinefunction(tool.guards.rollback):
+                done.cancel()  # an async rollback is cancelled with the run: it stays unknown
+                with contextlib.suppress(asyncio.CancelledError):
+                    await done
+                raise
+            # A sync rollback's thread cannot be stopped: hold the run until it ends,
+            # then record what it did, as for a tool (polyloop._loop._invoke).
+            cancelled = True
+    await run._write(ActionResult(result_id=rid, observation=representable(observation), is_error=failed))
+    if cancelled:
+        raise asyncio.CancelledError()
+    if failed:
+        await _alert(run, "rollback_failed", tool, ctx, intent.args or {}, observation, nxt.kind)
+
+
+async def _undo(fn: Any, args: Any, returned: str, ctx: ToolContext) -> tuple[str, bool]:
+    try:
+        return observation_text(await call_guard(fn, args, returned, ctx)), False
+    except asyncio.CancelledError:
+        raise
+    except (Exception, SystemExit) as exc:  # a failed rollback is recorded and alerts
+        return f"error: {type(exc).__name__}: {exc}", True
+
+
+async def _reconcile(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> None:
+    assert tool.guards.reconcile is not None
+    try:
+        found = await call_guard(tool.guards.reconcile, args, ctx)
+    except asyncio.CancelledError:
+        raise
+    except (Exception, SystemExit) as exc:
+        found = Reconciled("unknown", reason=f"reconcile raised {type(exc).__name__}: {exc}")
+    if not isinstance(found, Reconciled):
+        found = Reconciled(
+            "unknown", reason=f"reconcile returned {type(found).__name__}, not executed(), not_executed() or unknown()"
+        )
+    if found.outcome == "unknown":
+        reason = found.reason or "reconcile could not tell whether it happened"
+        await run._write(GuardCheck(result_id=ctx.result_id, guard="reconcile", passed=False, reason=reason))
+        return  # the planner stops for an operator
+    await run._write(
+        Resolution(
+            result_id=ctx.result_id,
+            outcome=found.outcome,
+            observation=representable(found.observation or "") if found.outcome == "executed" else None,
+            by="reconcile",
+            reason=f"settled by {tool.name}'s reconcile on resume",
+            source="reconcile",
+        )
+    )
+
+
+async def redeliver(run: _Run, action: Any) -> None:
+    """Tell `on_alert` about a failed verification no call in this process reported.
+
+    The process that recorded it may have died before (or while) it called
+    `on_alert`; a resume that finds the alert unsettled tells again, so the
+    call comes at least once (`redelivered` marks the repeats).
+    """
+    intent = action.intent
+    if intent.result_id in run.alerted or action.verification is None or action.verification.passed:
+        return
+    run.alerted.add(intent.result_id)
+    tool = run.tools.get(intent.tool)
+    if tool is None:
+        return
+    ctx = ToolContext(run.run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key)
+    ver = action.verification
+    await _alert(run, "verification_failed", tool, ctx, intent.args or {}, ver.reason, ver.rollback,
+                 redelivered=True)
+
+
+async def _alert(
+    run: _Run, event: str, tool: Tool, ctx: ToolContext, args: dict[str, Any], reason: str | None, kind: str | None,
+    *, redelivered: bool = False,
+) -> None:
+    """Tell the agent's `on_alert` (the durable record is already written)."""
+    callback = run.agent.on_alert
+    if callback is None:
+        return
+    payload = {
+        "event": event,
+        "run_id": run.run_id,
+        "step": ctx.step,
+        "result_id": ctx.result_id,
+        "tool": tool.name,
+        "args": args,
+        "idempotency_key": ctx.idempotency_key,
+        "reason": reason,
+        "rollback": kind,
+        "redelivered": redelivered,
+    }
+    value = callback(payload)
+    if inspect.isawaitable(value):
+        await value
