@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,22 @@ def one_line_error(done: Done) -> str:
 def effects(tmp_path: Path) -> int:
     where = tmp_path / "effects"
     return len(list(where.iterdir())) if where.exists() else 0
+
+
+def start_slow(cli: Cli, run_id: str, marker: Path) -> subprocess.Popen[str]:
+    """A run held by a live process, inside a tool that sleeps for a minute (`agents.py:slow`)."""
+    proc = subprocess.Popen(
+        [*console_script(), "run", target("slow"), "--goal", "g", "--run-id", run_id, "--dir", str(cli.runs)],
+        cwd=cli.cwd,
+        env=clean_env(POLYLOOP_TEST_STARTED=str(marker)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the slow tool never started"
+        time.sleep(0.05)
+    return proc

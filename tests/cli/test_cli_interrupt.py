@@ -3,33 +3,16 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
-from pathlib import Path
 
-from cli_helpers import Cli, Done, clean_env, console_script, one_line_error, target
-
-
-def _start_slow(cli: Cli, run_id: str, marker: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [*console_script(), "run", target("slow"), "--goal", "g", "--run-id", run_id, "--dir", str(cli.runs)],
-        cwd=cli.cwd,
-        env=clean_env(POLYLOOP_TEST_STARTED=str(marker)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the slow tool never started"
-        time.sleep(0.05)
-    return proc
+from cli_helpers import (
+    Done,
+    one_line_error,
+    start_slow,
+)
 
 
 def test_sigint_exits_130_and_the_run_stays_resumable(cli, tmp_path):
-    proc = _start_slow(cli, "slow", tmp_path / "started")
+    proc = start_slow(cli, "slow", tmp_path / "started")
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, (stdout, stderr)
@@ -45,7 +28,7 @@ def test_sigint_exits_130_and_the_run_stays_resumable(cli, tmp_path):
 
 
 def test_a_live_run_is_active_and_cannot_be_resumed_or_resolved(cli, tmp_path):
-    proc = _start_slow(cli, "live", tmp_path / "started")
+    proc = start_slow(cli, "live", tmp_path / "started")
     try:
         doc = cli("inspect", "live", "--json").json()
         assert doc["status"] == "active"

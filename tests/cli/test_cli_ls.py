@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import pty
+import shutil
 import signal
 import subprocess
 import threading
@@ -13,28 +13,19 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import Cli, clean_env, console_script, one_line_error, target, tree_digest
+from cli_helpers import (
+    Cli,
+    clean_env,
+    console_script,
+    one_line_error,
+    start_slow,
+    target,
+    tree_digest,
+)
 
 KEYS = {"run_id", "status", "waiting", "steps", "updated", "reason", "file"}
 
 
-def _start_slow(cli: Cli, run_id: str, marker: Path) -> subprocess.Popen[str]:
-    """A run held by a live process, inside a tool that sleeps for a minute."""
-    proc = subprocess.Popen(
-        [*console_script(), "run", target("slow"), "--goal", "g", "--run-id", run_id, "--dir", str(cli.runs)],
-        cwd=cli.cwd,
-        env=clean_env(POLYLOOP_TEST_STARTED=str(marker)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the slow tool never started"
-        time.sleep(0.05)
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +70,7 @@ def _last_at(log: Path) -> str:
 
 def test_ls_of_mixed_runs_agrees_with_inspect(mixed, tmp_path):
     cli = mixed
-    live = _start_slow(cli, "live", tmp_path / "started")
+    live = start_slow(cli, "live", tmp_path / "started")
     try:
         before = tree_digest(cli.runs)
         done = cli("ls", "--dir", str(cli.runs), "--json", timeout=30)

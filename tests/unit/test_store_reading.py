@@ -119,10 +119,12 @@ async def test_the_first_write_under_the_lock_cuts_exactly_the_unterminated_segm
 
 
 def test_records_or_raise_gives_the_readers_error():
-    from polyloop import SchemaVersionError
+    from polyloop import SCHEMA_VERSION, SchemaVersionError
 
     assert parse_log(HEAD + b'{"rec').records_or_raise("r") == [STARTED, MODEL]
     with pytest.raises(CorruptLogError, match="line 3"):
         parse_log(HEAD + b"garbage\n").records_or_raise("r")
     with pytest.raises(SchemaVersionError):
-        parse_log(HEAD.replace(b'"schema_version":"1.0"', b'"schema_version":"9.0"')).records_or_raise("r")
+        current = f'"schema_version":"{SCHEMA_VERSION}"'.encode()
+        assert current in HEAD
+        parse_log(HEAD.replace(current, b'"schema_version":"9.0"')).records_or_raise("r")
