@@ -45,7 +45,7 @@ from .model import CrashState
 from .recorder import RecordingDisk
 from .trace import Trace
 
-DURABLE = frozenset({"run_started", "intent", "run_finished", "resolution"})
+DURABLE = frozenset({"run_started", "intent", "run_finished", "resolution", "guard_check"})
 GOAL = "survive a power cut"
 
 
@@ -101,6 +101,18 @@ def make_agent(world: World, run: Run) -> Agent:
     async def read(name: str, ctx: ToolContext) -> str:
         """Read a file (replay `safe`)."""
         return _effect(world, "read", "safe", {"name": name}, ctx)
+
+    if run.run_id.startswith("guarded"):
+        # A guarded write: the precondition and the read-back verification ask the world,
+        # so their durable verdicts (guard_check) and the action's result sit in the trace.
+        @write.precondition
+        def _(args: dict[str, Any], ctx: ToolContext) -> bool:
+            return True
+
+        @write.verify
+        def _(args: dict[str, Any], result: Any, ctx: ToolContext) -> bool | str:
+            landed = any(e["key"] == ctx.idempotency_key for e in world.effects(ctx.run_id))
+            return landed or "the write is not in the world"
 
     model = _PaidModel(world, run.run_id, run.script)
     return Agent(model=model, tools=[write, read], max_steps=10, retry_backoff=0)
@@ -160,6 +172,14 @@ class AckingStore(JsonlStore):
 
     async def write_resolution(self, run_id, record):  # type: ignore[no-untyped-def, override]
         await super().write_resolution(run_id, record)
+        self._ack(run_id, record)
+
+    async def write_guard_check(self, run_id, record):  # type: ignore[no-untyped-def, override]
+        await super().write_guard_check(run_id, record)
+        self._ack(run_id, record)
+
+    async def write_action_result(self, run_id, record):  # type: ignore[no-untyped-def, override]
+        await super().write_action_result(run_id, record)
         self._ack(run_id, record)
 
 
@@ -234,6 +254,14 @@ SCENARIOS: dict[str, Scenario] = {
             "faults",
             (Run("faults", _script("read:r1", "write:w2", "read:r3", "final:done")),),
             faults=frozenset({("write", 4), ("fsync", 5)}),
+        ),
+        # Guarded actions (log format 1.1): a precondition and a read-back verification on the
+        # `never` write, so guard_check (durable) and action_result records are in the trace;
+        # one write dies after its effect (settled from the world), one is clean.
+        Scenario(
+            "guarded",
+            (Run("guarded", _script("read:r1", "write:w2", "write:w3", "final:checked")),),
+            crash=frozenset({("guarded", 2, "after")}),
         ),
         # Two runs appending to two files at once: their appends are not ordered with each other.
         Scenario(
