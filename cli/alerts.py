@@ -11,7 +11,18 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-from polyloop import ActionResult, GuardCheck, Intent, Record, StepCompleted
+import orjson
+
+from polyloop import (
+    ActionResult,
+    GuardCheck,
+    Intent,
+    JsonlStore,
+    Record,
+    RunStarted,
+    StepCompleted,
+    decode_record,
+)
 from polyloop.stores import open_store
 
 from . import render
@@ -25,7 +36,7 @@ def now() -> str:
 def warn_since(where: str, run_id: str | None, since: str) -> None:
     """Print one alert line per failed rollback recorded since `since`, and per failed
     verification recorded since then or still unsettled when the command began."""
-    if run_id is None:
+    if run_id is None or not _guarded(where, run_id):
         return
     try:
         records = asyncio.run(_read(where, run_id))
@@ -54,6 +65,23 @@ def warn_since(where: str, run_id: str | None, since: str) -> None:
         found.insert(0, (c.result_id, tools.get(c.result_id, "?"),
                          f"verification failed: {c.reason or 'it returned False'}{then}"))
     render.alerts(found)
+
+
+def _guarded(where: str, run_id: str) -> bool:
+    """Whether the run declares any guard (only then can it have alerts).
+
+    For a JSONL log only its first line is read: the whole log is read
+    again only for runs that can have alerts. Other stores say yes.
+    """
+    if where.startswith(("postgresql://", "postgres://")):
+        return True
+    try:
+        with JsonlStore(where).path(run_id).open("rb") as f:
+            started = decode_record(orjson.loads(f.readline()))
+    except Exception:  # unreadable here: the read below decides (and never fails the command)
+        return True
+    tools = started.config.get("tools") if isinstance(started, RunStarted) else None
+    return not isinstance(tools, list) or any(isinstance(t, dict) and t.get("guards") for t in tools)
 
 
 async def _read(where: str, run_id: str) -> list[Record]:
