@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import stat
 
 import orjson
 
@@ -76,12 +78,22 @@ def _guarded(where: str, run_id: str) -> bool:
     if where.startswith(("postgresql://", "postgres://")):
         return True
     try:
-        with JsonlStore(where).path(run_id).open("rb") as f:
-            started = decode_record(orjson.loads(f.readline()))
-    except Exception:  # unreadable here: the read below decides (and never fails the command)
-        return True
+        started = decode_record(orjson.loads(_first_line(str(JsonlStore(where).path(run_id)))))
+    except Exception:  # no regular log, or no valid first record: nothing to warn about
+        return False
     tools = started.config.get("tools") if isinstance(started, RunStarted) else None
     return not isinstance(tools, list) or any(isinstance(t, dict) and t.get("guards") for t in tools)
+
+
+def _first_line(path: str, limit: int = 1 << 20) -> bytes:
+    """The first line of a regular file; never follows a link, never blocks on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.pread(fd, limit, 0).split(b"\n", 1)[0]
+    finally:
+        os.close(fd)
 
 
 async def _read(where: str, run_id: str) -> list[Record]:
