@@ -146,8 +146,10 @@ def test_connections_cut_mid_run_lose_nothing(pg_url, pg_conn, tmp_path, proxy):
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:mixed", run_ids))
     worker = WorkerProcess(via_proxy, done, lease=LEASE, concurrency=2, slow=0.1, steps=8)
     try:
-        for n in (2, 6, 10):
-            wait_for(lambda: len(effects(done)) >= n, timeout=30, what=f"{n} tool calls")
+        # Two cuts while the runs are going (a third one waited for the 10th tool call, which
+        # never comes when both runs are parked at a `never` action the cuts left unknown).
+        for n in (2, 6):
+            wait_for(lambda: len(effects(done)) >= n, timeout=60, what=f"{n} tool calls")
             proxy.cut()
         finish_all(pg_url, pg_conn, run_ids, done, worker)
         assert worker.seen("error"), "cutting the connections should have failed a write"
