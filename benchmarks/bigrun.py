@@ -21,13 +21,19 @@ import time
 from pathlib import Path
 
 AGENT = '''
-from polyloop import Agent, ScriptedModel, tool
+from polyloop import Agent, ModelOutput, tool
 
 @tool(replay="safe")
 def lookup(query: str) -> str:
     return "x"
 
-agent = Agent(model=ScriptedModel([{"final": "done"}] * 200_001), tools=[lookup], max_steps=200_001)
+class Final:
+    """Answers every call with the final answer (a script of 100,000 outputs costs seconds to build)."""
+
+    async def complete(self, messages, tools):
+        return ModelOutput(text="done")
+
+agent = Agent(model=Final(), tools=[lookup], max_steps=200_001)
 '''
 
 BARE = (

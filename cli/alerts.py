@@ -82,7 +82,7 @@ def _guarded(where: str, run_id: str) -> bool:
     except Exception:  # no regular log, or no valid first record: nothing to warn about
         return False
     tools = started.config.get("tools") if isinstance(started, RunStarted) else None
-    return not isinstance(tools, list) or any(isinstance(t, dict) and t.get("guards") for t in tools)
+    return isinstance(tools, list) and any(isinstance(t, dict) and t.get("guards") for t in tools)
 
 
 def _first_line(path: str, limit: int = 1 << 20) -> bytes:
