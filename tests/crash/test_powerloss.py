@@ -69,18 +69,7 @@ async def test_every_crash_state_of_a_session_recovers(name: str, reliability) -
     _report(name, tally, reliability)
 
 
-# Known, under investigation (issue 16 stays open): in the two-runs-at-once session, a recorded
-# resume in which one run's torn log is cut while the other run appends sometimes yields crash
-# states that lack the *other* run's first acknowledged intent. Truncating one file cannot touch
-# another, so the suspect is the explorer's model of a truncate among pending ops, not the store;
-# until that is settled this case is reported, not allowed to fail CI at random.
-_PAIR = pytest.param(
-    "pair",
-    marks=pytest.mark.xfail(strict=False, reason="intermittent explorer violation under investigation (issue 16)"),
-)
-
-
-@pytest.mark.parametrize("name", ["faults", "kinds", _PAIR, "plain"])
+@pytest.mark.parametrize("name", ["faults", "kinds", "pair", "plain"])
 async def test_a_crash_during_resume_from_a_torn_state_recovers(name: str, reliability) -> None:
     with tempfile.TemporaryDirectory(dir=scratch_root()) as root:
         trace = await record(SCENARIOS[name], Path(root))

@@ -132,8 +132,12 @@ def _missing(have: list[Any], must: list[list[dict[str, Any]]]) -> dict[str, Any
     """The first acknowledged record not found: the first session's as a prefix, later ones in order."""
     position = 0
     for n, records in enumerate(must):
+        # Only the session that acknowledged the run's creation is a prefix of the log; a run
+        # whose creation was durable but never acknowledged before the cut (killed between the
+        # directory's fsync and the return) has its first acknowledgements in a later session.
+        prefix = n == 0 and bool(records) and records[0].get("record") == "run_started"
         for record in records:
-            if n == 0:
+            if prefix:
                 if position >= len(have) or have[position] != record:
                     return record
             else:
