@@ -600,22 +600,29 @@ def verify_report(report: VerifyReport, *, strict: bool) -> None:
     )
 
 
-@contextmanager
-def verify_progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar on stderr (only when `enabled`), as a `verify_logs` callback."""
-    if not enabled:
-        yield None
-        return
-    # No refresh thread: verify forks worker processes, and forking while
-    # another thread holds a lock is how children deadlock.
-    progress = Progress(
-        TextColumn("verifying"),
+def _worker_bar(label: str) -> Progress:
+    """A transient progress bar on stderr for work spread over worker processes.
+
+    No refresh thread: the work forks worker processes, and forking while
+    another thread holds a lock is how children deadlock.
+    """
+    return Progress(
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
         transient=True,
         auto_refresh=False,
     )
+
+
+@contextmanager
+def verify_progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr (only when `enabled`), as a `verify_logs` callback."""
+    if not enabled:
+        yield None
+        return
+    progress = _worker_bar("verifying")
     task = progress.add_task("verify", total=None)
 
     def advance(done: int, total: int) -> None:
@@ -681,15 +688,7 @@ def ls_progress(enabled: bool, *, after: float = 0.3) -> Iterator[Callable[[int,
     if not enabled:
         yield None
         return
-    # No refresh thread, as for verify: ls forks worker processes.
-    progress = Progress(
-        TextColumn("reading runs"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
-        transient=True,
-        auto_refresh=False,
-    )
+    progress = _worker_bar("reading runs")
     task = progress.add_task("ls", total=None)
     start = time.monotonic()
     shown = False
