@@ -9,6 +9,8 @@
          cannot start (no goals file, an unsafe name, already running)
     3    the run stopped and needs an operator (an unknown `never` execution or rollback, or
          an alert: a failed verification that no rollback undid)
+    4    the checkpoint is no longer valid: an input, the logic version, the agent's
+         configuration or an intermediate product changed since the run started
     130  interrupted (Ctrl-C); the run stays resumable
 
 Every command body runs inside `failures()`, which maps the exception to its
@@ -28,6 +30,7 @@ import typer
 
 from polyloop import (
     BatchError,
+    CheckpointError,
     CorruptLogError,
     InvalidInputError,
     InvalidRunIdError,
@@ -54,6 +57,7 @@ OK = 0
 FAILURE = 1
 USAGE = 2
 NEEDS_OPERATOR = 3
+CHECKPOINT_INVALID = 4
 INTERRUPTED = 130
 
 
@@ -64,6 +68,7 @@ class BadInput(Exception):
 # First match wins, so subclasses come before their bases.
 _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (NeedsOperatorError, NEEDS_OPERATOR),
+    (CheckpointError, CHECKPOINT_INVALID),
     (CorruptLogError, FAILURE),  # and SchemaVersionError
     (ModelCallError, FAILURE),
     (StoreError, FAILURE),

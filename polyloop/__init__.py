@@ -16,6 +16,7 @@ from ._batch_report import BatchProgress, BatchReport, BatchRun
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     AlertError,
+    CheckpointError,
     CorruptLogError,
     InvalidInputError,
     InvalidRunIdError,
@@ -69,6 +70,7 @@ __all__ = [
     "BatchProgress",
     "BatchReport",
     "BatchRun",
+    "CheckpointError",
     "CorruptLogError",
     "Execution",
     "FileVerdict",

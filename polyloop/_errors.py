@@ -248,6 +248,23 @@ class AlertError(NeedsOperatorError):
         )
 
 
+class CheckpointError(PolyLoopError):
+    """The run's checkpoint is no longer valid: resume refuses before anything runs (exit code 4).
+
+    What the run depends on changed since it started (an input's hash, the
+    logic version, the agent's configuration) or an intermediate product it
+    referenced is missing or altered. `differences` lists each change as
+    `{"what", "name", "recorded", "now"}`. The two ways forward: start over
+    under a new run id, or accept the changes on the record
+    (`polyloop resume RUN --accept-changes --reason TEXT`).
+    """
+
+    def __init__(self, run_id: str, message: str, differences: Sequence[Any] = ()) -> None:
+        self.run_id = run_id
+        self.differences = tuple(differences)
+        super().__init__(message)
+
+
 class ResolutionError(PolyLoopError):
     """mark-resolved named an execution the run does not wait for (not an open unknown or alert)."""
 

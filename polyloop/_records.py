@@ -23,7 +23,7 @@ import orjson
 
 from ._errors import RecordError, SchemaVersionError
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """`major.minor` of the log format this library writes."""
 
 SUPPORTED_MAJOR = 1
