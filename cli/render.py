@@ -424,7 +424,6 @@ def _outcome(e: Execution) -> Text:
 
 
 def _settled(e: Execution) -> Text:
-    done = e.result if e.result is not None else e.returned
     if e.reconciled is not None and e.resolution is None:
         r = e.reconciled
         text = Text.assemble(("reconcile: ", "yellow"), clip(r.outcome, 20))
@@ -437,9 +436,9 @@ def _settled(e: Execution) -> Text:
         if r.observation is not None:
             text.append(f"; {clip(r.observation, 120)}")
         return text
-    observation = getattr(done, "observation", None)
-    if observation is not None:
-        return Text(f"= {clip(observation, 120)}", style="red" if getattr(done, "is_error", False) else "")
+    seen = e.observed
+    if seen is not None:
+        return Text(f"= {clip(seen[0], 120)}", style="red" if seen[1] else "")
     if e.state == "unknown":
         return Text("no result: did it happen?", style="bold red")
     return Text("—", style="dim")
@@ -471,6 +470,10 @@ def _steps_table(views: Sequence[Any]) -> Table:
         if done is not None and done.result_id is None and done.observation is not None:
             # A step without an action that still told the model something (an unknown tool).
             table.add_row("", "", "", "", "", Text(f"= {clip(done.observation, 120)}", style="red"))
+        for c in (done.calls or ()) if done is not None else ():
+            if c["result_id"] is None:  # a call of several refused before any intent
+                note = Text(f"{clip(c['tool'], 60)} = {clip(c['observation'], 120)}", style="red")
+                table.add_row("", "", "", "", "", note)
     return table
 
 

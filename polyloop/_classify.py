@@ -109,7 +109,9 @@ class _Exec(IntentFields):
     @property
     def state(self) -> State:
         if not self.guards:  # the common case, kept cheap: a long log has many executions
-            return STATE_TABLE[(self.result is not None, self.resolution is not None, self.latest, "")]
+            # (`returned`: a call of a step of several reports its outcome in an action_result)
+            has_result = self.result is not None or self.returned is not None
+            return STATE_TABLE[(has_result, self.resolution is not None, self.latest, "")]
         failed_pre = self.precondition is not None and not self.precondition.passed
         has_result = self.result is not None or self.returned is not None or failed_pre
         resolved = self.resolution is not None or self.reconciled is not None
@@ -139,7 +141,15 @@ class _Exec(IntentFields):
 
 
 class _Step:
-    __slots__ = ("step", "model_calls", "actions", "output", "completed")
+    """A step while the walk is under way.
+
+    `actions` holds every action attempt of the step in log order. When the
+    model asked for several tool calls at once (log format 1.2), `calls`
+    holds each call's attempts (call 1 first); otherwise it is None and
+    `actions` are the attempts of the step's only call.
+    """
+
+    __slots__ = ("step", "model_calls", "actions", "output", "completed", "calls")
 
     def __init__(self, step: int) -> None:
         self.step = step
@@ -147,11 +157,28 @@ class _Step:
         self.actions: list[_Exec] = []
         self.output: ModelCallResult | None = None
         self.completed: StepCompleted | None = None
+        self.calls: list[list[_Exec]] | None = None
+
+    def attempts(self, call: int | None) -> list[_Exec]:
+        """The attempts of tool call `call` (None: the step's only call)."""
+        return self.actions if call is None or self.calls is None else self.calls[call - 1]
 
 
 def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     out = output.output if output is not None else None
     return out.get("tool_call") if out else None
+
+
+def tool_calls_of(output: ModelCallResult | None) -> list[dict[str, Any]]:
+    """Every tool call of a model output, in order (`tool_calls`, else the one `tool_call`)."""
+    out = output.output if output is not None else None
+    if not out:
+        return []
+    calls = out.get("tool_calls")
+    if calls:
+        return calls
+    call = out.get("tool_call")
+    return [] if call is None else [call]
 
 
 class Walker(GuardHandlers):
@@ -249,14 +276,16 @@ class Walker(GuardHandlers):
         rid = rec.result_id
         if rid in self._by_id:
             return 3, f"result id {rid} is used by a second intent"
-        key = (rec.step, rec.kind, rec.attempt)
+        call = rec.call
+        key = (rec.step, rec.kind, call, rec.attempt)
         if key in self._keys:
             return 5, (f"two intents for step {rec.step} {rec.kind} attempt {rec.attempt}: "
                        "two writers interleaved")
-        if rid != derive_result_id(rec.kind, rec.step, rec.attempt):
+        derived = derive_result_id(rec.kind, rec.step, rec.attempt, call)
+        if rid != derived:
             return 13, (
                 f"result id {rid!r} is not the one a writer derives for {rec.kind} step "
-                f"{rec.step} attempt {rec.attempt} ({derive_result_id(rec.kind, rec.step, rec.attempt)})"
+                f"{rec.step} attempt {rec.attempt} ({derived})"
             )
         open_step = self.completed_steps + 1
         if rec.step != open_step:
@@ -270,21 +299,25 @@ class Walker(GuardHandlers):
         st = self.steps[rec.step - 1]
         if rec.kind == "model_call":
             bad = self._model_intent(rec, st)
-        elif rec.kind == "action":
-            bad = self._action_intent(rec, st)
         else:
-            bad = self._rollback_intent(rec, st)
+            bad = self._call_number(rec, st)
+            if bad is None:
+                bad = self._action_intent(rec, st) if rec.kind == "action" else self._rollback_intent(rec, st)
         if bad is not None:
             return bad
         x = _Exec(rec, index, self.guards.get(rec.tool or "", NO_GUARDS))
         self._by_id[rid] = x
         self._keys.add(key)
         if rec.kind == "rollback":
-            owner = st.actions[-1]
+            owner = st.attempts(call)[-1]
             siblings = owner.rollbacks
             x.of = owner
+        elif rec.kind == "model_call":
+            siblings = st.model_calls
         else:
-            siblings = st.model_calls if rec.kind == "model_call" else st.actions
+            siblings = st.attempts(call)
+            if call is not None:
+                st.actions.append(x)
         if siblings:
             siblings[-1].latest = False
         siblings.append(x)
@@ -306,17 +339,36 @@ class Walker(GuardHandlers):
             return 7, f"a second model call for step {rec.step} after one returned"
         return None
 
+    def _call_number(self, rec: Intent, st: _Step) -> tuple[int, str] | None:
+        """Rule 33: an action (or rollback) names its call exactly when the step has several."""
+        call = rec.call
+        if call is not None and self.minor < 2:
+            return 33, f"intent {rec.result_id} names a tool call number in a log of format 1.{self.minor}"
+        if st.output is None:
+            return None  # the kind's own rule says what is wrong
+        if st.calls is None:
+            if call is not None:
+                return 33, f"intent {rec.result_id} names call {call}, but step {rec.step} has one tool call"
+            return None
+        if call is None:
+            return 33, (f"{rec.kind} intent {rec.result_id} names no call, but step {rec.step} has "
+                        f"{len(st.calls)} tool calls")
+        if call > len(st.calls):
+            return 33, f"intent {rec.result_id} names call {call}, but step {rec.step} has {len(st.calls)}"
+        return None
+
     def _action_intent(self, rec: Intent, st: _Step) -> tuple[int, str] | None:
-        bad = self._attempt(rec, st.actions)
+        attempts = st.attempts(rec.call)
+        bad = self._attempt(rec, attempts)
         if bad is not None:
             return bad
         if st.output is None:
             return 8, f"action intent of step {rec.step} before its model call returned"
-        call = _tool_call(st.output)
+        call = tool_calls_of(st.output)[rec.call - 1] if rec.call is not None else _tool_call(st.output)
         if call is None or call["name"] != rec.tool or call["args"] != rec.args:
             return 8, f"action {rec.tool} of step {rec.step} is not the tool call the model returned"
-        if st.actions:
-            prev = st.actions[-1]
+        if attempts:
+            prev = attempts[-1]
             if prev.result is not None or prev.returned is not None or prev.precondition is not None \
                     and not prev.precondition.passed:
                 return 9, f"action of step {rec.step} attempted again after it completed"
@@ -336,9 +388,20 @@ class Walker(GuardHandlers):
             return None, (4, f"{what} names {rid}, which has no earlier intent")
         if x.result is not None:
             return None, (3, f"a second result for {rid}")
-        if x is not self._last:
+        if not self.is_current(x):
             return None, (5, f"{what} for {rid} after later intents: two writers interleaved")
         return x, None
+
+    def execution(self, result_id: str) -> _Exec:
+        """The execution whose intent has `result_id` (KeyError if none)."""
+        return self._by_id[result_id]
+
+    def is_current(self, x: _Exec) -> bool:
+        """May records about `x` come now? Only about the latest intent, or, in a step of
+        several tool calls, about the latest attempt of any call of the open step."""
+        if x is self._last:
+            return True
+        return x.intent.call is not None and x.latest and x.intent.step == self.completed_steps + 1
 
     def _model_call_result(self, rec: ModelCallResult, index: int) -> tuple[int, str] | None:
         x = self._by_id.get(rec.result_id)
@@ -352,7 +415,12 @@ class Walker(GuardHandlers):
         assert x is not None
         x.result = rec
         if rec.output is not None:
-            self.steps[x.intent.step - 1].output = rec
+            st = self.steps[x.intent.step - 1]
+            st.output = rec
+            calls = rec.output.get("tool_calls")
+            if self.minor >= 2 and calls and len(calls) >= 2:
+                # Log format 1.2 runs every call; an older writer ran only the first.
+                st.calls = [[] for _ in calls]
         return None
 
     def _step_completed(self, rec: StepCompleted, index: int) -> tuple[int, str] | None:
@@ -362,7 +430,11 @@ class Walker(GuardHandlers):
         st = self.steps[rec.step - 1]
         if st.output is None:
             return 10, f"step {rec.step} completed before its model call returned"
-        if rec.result_id is None:
+        if st.calls is not None or rec.calls is not None:
+            bad = self._calls_completed(rec, st)
+            if bad is not None:
+                return bad
+        elif rec.result_id is None:
             if st.actions:
                 return 10, f"step {rec.step} ran an action but its step_completed names none"
         else:
@@ -383,6 +455,36 @@ class Walker(GuardHandlers):
         self.completed_steps += 1
         return None
 
+    def _calls_completed(self, rec: StepCompleted, st: _Step) -> tuple[int, str] | None:
+        """Rules 33 and 34 for the end of a step of several tool calls: one outcome per call."""
+        if st.calls is None:
+            return 33, f"step_completed of step {rec.step} lists calls, but the step has one tool call"
+        if rec.calls is None:
+            return 33, f"step {rec.step} has {len(st.calls)} tool calls, but its step_completed lists none"
+        if len(rec.calls) != len(st.calls):
+            return 33, f"step_completed of step {rec.step} lists {len(rec.calls)} calls, the step has {len(st.calls)}"
+        names = tool_calls_of(st.output)
+        for k, (entry, attempts) in enumerate(zip(rec.calls, st.calls), start=1):
+            if entry["tool"] != names[k - 1]["name"]:
+                return 33, f"step_completed of step {rec.step} names {entry['tool']} for call {k}, not {names[k - 1]['name']}"
+            if not attempts:
+                if entry["result_id"] is not None:
+                    return 33, f"step_completed of step {rec.step} names {entry['result_id']} for call {k}, which has no intent"
+                continue
+            x = attempts[-1]
+            if entry["result_id"] != x.result_id:
+                return 33, (f"step_completed of step {rec.step} names {entry['result_id']} for call {k}, "
+                            f"not its latest attempt {x.result_id}")
+            bad = self._completion(x)
+            if bad is not None:
+                return bad
+            if not _outcome_known(x):
+                return 34, f"step {rec.step} completed while the outcome of call {k} ({x.result_id}) is unknown"
+        for attempts in st.calls:
+            if attempts and attempts[-1].result is None:
+                attempts[-1].result = rec
+        return None
+
     def _resolution(self, rec: Resolution, index: int) -> tuple[int, str] | None:
         x = self._by_id.get(rec.result_id)
         if x is None:
@@ -394,7 +496,7 @@ class Walker(GuardHandlers):
         if x.intent.kind == "action":
             if x.resolution is not None:
                 return 11, f"a second resolution of {rec.result_id}"
-            if self.steps[x.intent.step - 1].actions[-1] is not x:
+            if not x.latest:
                 return 11, f"resolution of {rec.result_id}, which a later attempt superseded"
             if x.precondition is not None and not x.precondition.passed:
                 return 11, f"resolution of {rec.result_id}, whose precondition failed: it did not run"
@@ -462,6 +564,7 @@ class Walker(GuardHandlers):
                 actions=tuple([frozen[id(x)] for x in s.actions]),
                 output=s.output,
                 completed=s.completed,
+                calls=None if s.calls is None else tuple(tuple([frozen[id(x)] for x in c]) for c in s.calls),
             )
             for s in self.steps
         )
@@ -484,7 +587,8 @@ class Walker(GuardHandlers):
         )
 
     def blocking(self) -> list[_Exec]:
-        """What a person must settle: only the open step's latest action (or its rollback) can be one.
+        """What a person must settle: only the open step's latest action of each tool call
+        (or its rollback) can be one.
 
         An unknown `never` action whose tool declares `reconcile` waits for
         nobody until reconcile could not tell; an alert waits unless an
@@ -493,25 +597,40 @@ class Walker(GuardHandlers):
         st = self.open_step
         if st is None or not st.actions or self.finished is not None:
             return []
-        last = st.actions[-1]
-        state = last.state
-        if state == "unknown":
-            if last.intent.replay == "safe":
-                return []
-            if last.guards.get("reconcile") and last.reconcile_check is None:
-                return []
-            return [last]
-        if state != "alert":
+        if st.calls is None:
+            return _blocking_of(st.actions[-1])
+        return [b for attempts in st.calls if attempts for b in _blocking_of(attempts[-1])]
+
+
+def _blocking_of(last: _Exec) -> list[_Exec]:
+    """What one tool call's latest attempt makes a person settle (empty: nothing)."""
+    state = last.state
+    if state == "unknown":
+        if last.intent.replay == "safe":
             return []
-        rb = last.rollbacks[-1] if last.rollbacks else None
-        if rb is not None and rb.state == "unknown":
-            return [rb]
-        assert last.verification is not None
-        if last.verification.rollback not in ("undo", "compensate"):
-            return [last]
-        if rb is None or (rb.resolution is not None and rb.resolution.outcome == "not_executed"):
-            return []  # the rollback runs next
-        return [last]  # the rollback failed
+        if last.guards.get("reconcile") and last.reconcile_check is None:
+            return []
+        return [last]
+    if state != "alert":
+        return []
+    rb = last.rollbacks[-1] if last.rollbacks else None
+    if rb is not None and rb.state == "unknown":
+        return [rb]
+    assert last.verification is not None
+    if last.verification.rollback not in ("undo", "compensate"):
+        return [last]
+    if rb is None or (rb.resolution is not None and rb.resolution.outcome == "not_executed"):
+        return []  # the rollback runs next
+    return [last]  # the rollback failed
+
+
+def _outcome_known(x: _Exec) -> bool:
+    """Has a call of a step of several tool calls an outcome its step may complete with?"""
+    if x.returned is not None or x.resolution is not None:
+        return True  # it returned; or an operator said it executed (or settled its alert)
+    if x.reconciled is not None and x.reconciled.outcome == "executed":
+        return True
+    return x.precondition is not None and not x.precondition.passed
 
 
 def _is_final(st: _Step) -> bool:

@@ -36,10 +36,10 @@ async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
     tool = run.tools.get(nxt.tool)
     if tool is None:
         raise RunMismatchError(run.run_id, "tools", nxt.tool, sorted(run.tools))
-    action = run.walker.steps[nxt.step - 1].actions[-1]
+    action = run.walker.execution(nxt.action_id if isinstance(nxt, Rollback) else nxt.result_id)
     intent = action.intent
     assert intent.args is not None and intent.idempotency_key is not None
-    ctx = ToolContext(run.run_id, nxt.step, intent.attempt, intent.result_id, intent.idempotency_key)
+    ctx = ToolContext(run.run_id, nxt.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
     if isinstance(nxt, ContinueAction):
         await run._execute(tool, ctx, intent.args, history)
     elif isinstance(nxt, Verify):
@@ -67,17 +67,17 @@ async def _verify(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any],
 async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action: Any) -> None:
     assert tool.guards.rollback is not None and intent.idempotency_key is not None
     await redeliver(run, action)
-    rid = result_id("rollback", nxt.step, nxt.attempt)
+    rid = result_id("rollback", nxt.step, nxt.attempt, intent.call)
     key = rollback_key(intent.idempotency_key)
     # Its own durable intent: a crash inside the rollback leaves an unknown
     # rollback that stops for an operator, never a silent repeat.
     await run._write(
         Intent(kind="rollback", step=nxt.step, attempt=nxt.attempt, result_id=rid, tool=tool.name,
-               args=intent.args, replay="never", idempotency_key=key)
+               args=intent.args, replay="never", idempotency_key=key, call=intent.call)
     )
     returned = action.returned.observation if action.returned is not None else (
         action.reconciled.observation if action.reconciled is not None else "")
-    ctx = ToolContext(run.run_id, nxt.step, nxt.attempt, rid, key)
+    ctx = ToolContext(run.run_id, nxt.step, nxt.attempt, rid, key, intent.call)
     done = asyncio.ensure_future(_undo(tool.guards.rollback, intent.args, returned, ctx))
     cancelled = False
     while True:
@@ -153,7 +153,7 @@ async def redeliver(run: _Run, action: Any) -> None:
     tool = run.tools.get(intent.tool)
     if tool is None:
         return
-    ctx = ToolContext(run.run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key)
+    ctx = ToolContext(run.run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
     ver = action.verification
     await _alert(run, "verification_failed", tool, ctx, intent.args or {}, ver.reason, ver.rollback,
                  redelivered=True)

@@ -77,6 +77,7 @@ class GuardHandlers:
     """Handlers of the guard records; mixed into `Walker`, whose state they read and file into."""
 
     # Provided by Walker.
+    is_current: Any
     minor: int
     guards: dict[str, dict[str, Any]]
     _by_id: dict[str, _Exec]
@@ -91,7 +92,7 @@ class GuardHandlers:
             return None, (4, f"{what} names {rid}, which has no earlier intent")
         if x.intent.kind == "model_call":
             return None, (15, f"{what} names {rid}, a model call")
-        if x is not self._last:
+        if not self.is_current(x):
             return None, (5, f"{what} for {rid} after later intents: two writers interleaved")
         if x.result is not None:
             return None, (15, f"{what} for {rid}, whose step already completed")
@@ -143,7 +144,9 @@ class GuardHandlers:
         if x.resolution is not None or x.reconciled is not None:
             return 15, f"action_result for {rec.result_id}, which was already resolved"
         if x.intent.kind == "action":
-            if not x.guards.get("verify"):
+            # A call of a step of several reports every outcome this way (1.2);
+            # a step's only call, only a result that a verification reads back.
+            if x.intent.call is None and not x.guards.get("verify"):
                 return 16, f"action_result for {x.intent.tool}, which declares no verify"
             if x.guards.get("precondition") and (x.precondition is None or not x.precondition.passed):
                 return 17, f"action_result for {rec.result_id} without a passed precondition"
@@ -153,7 +156,8 @@ class GuardHandlers:
     def _rollback_intent(self, rec: Intent, st: _Step) -> tuple[int, str] | None:
         if self.minor < 1:
             return 15, "a rollback intent in a log of format 1.0"
-        a = st.actions[-1] if st.actions else None
+        attempts = st.attempts(rec.call)
+        a = attempts[-1] if attempts else None
         if a is None or a.verification is None or a.verification.passed:
             return 19, f"rollback intent for step {rec.step} without a failed verification"
         if a.resolution is not None:

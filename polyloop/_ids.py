@@ -39,14 +39,28 @@ def new_run_id() -> str:
     return f"run-{stamp}-{os.urandom(3).hex()}"
 
 
-def result_id(kind: str, step: int, attempt: int) -> str:
+def result_id(kind: str, step: int, attempt: int, call: int | None = None) -> str:
     """The result id of an execution: `s3-m1` (model call), `s3-a2` (action) or `s3-r1` (rollback).
 
-    Deterministic, so a resumed run and an uninterrupted one write the same
-    log; unique within a run because (step, kind, attempt) is.
+    In a step whose model output carries several tool calls (log format
+    1.2), an action or rollback also names its call: `s3-c2-a1` is the first
+    attempt of the step's second call. Deterministic, so a resumed run and an
+    uninterrupted one write the same log; unique within a run because
+    (step, kind, call, attempt) is.
     """
-    letter = {"model_call": "m", "action": "a", "rollback": "r"}[kind]
-    return f"s{step}-{letter}{attempt}"
+    letter = _LETTERS[kind]
+    if call is None:
+        return f"s{step}-{letter}{attempt}"
+    return f"s{step}-c{call}-{letter}{attempt}"
+
+
+_LETTERS = {"model_call": "m", "action": "a", "rollback": "r"}
+
+
+def call_id(model_result_id: str, call: int, calls: int) -> str:
+    """The id a tool call carries in the model's history: its model call's result id when it
+    is the only call of the step (`s3-m1`), else that id and its number (`s3-m1-c2`)."""
+    return model_result_id if calls == 1 else f"{model_result_id}-c{call}"
 
 
 def rollback_key(action_key: str) -> str:
@@ -54,9 +68,12 @@ def rollback_key(action_key: str) -> str:
     return f"{action_key}-rollback"
 
 
-def idempotency_key(run_id: str, step: int, tool: str, args: dict) -> str:
-    """A key stable across every replay of the same logical action of a run."""
-    digest = hashlib.sha256(
-        orjson.dumps([run_id, step, tool, args], option=orjson.OPT_SORT_KEYS)
-    ).hexdigest()
+def idempotency_key(run_id: str, step: int, tool: str, args: dict, call: int | None = None) -> str:
+    """A key stable across every replay of the same logical action of a run.
+
+    `call` numbers the tool call within a step of several (so two identical
+    calls of one step get two keys); a step's only call has none.
+    """
+    what: list[object] = [run_id, step, tool, args] if call is None else [run_id, step, tool, args, call]
+    digest = hashlib.sha256(orjson.dumps(what, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return f"pl-{digest[:32]}"

@@ -147,9 +147,11 @@ def execution_json(e: Execution) -> dict[str, Any]:
     }
     if e.kind != "model_call":
         doc.update(tool=e.tool, args=e.args, replay=e.replay, idempotency_key=e.idempotency_key)
-        result = e.result if e.result is not None else e.returned
-        doc["observation"] = getattr(result, "observation", None)
-        doc["is_error"] = getattr(result, "is_error", False)
+        if e.call is not None:  # log format 1.2: which of the step's several tool calls
+            doc["call"] = e.call
+        seen = e.observed
+        doc["observation"] = seen[0] if seen else None
+        doc["is_error"] = seen[1] if seen else False
         if e.resolution is not None:
             doc["resolution"] = e.resolution.outcome
         if e.guards and e.kind == "action":  # log format 1.1: what the tool declared and what its guards said

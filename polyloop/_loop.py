@@ -33,7 +33,7 @@ from ._errors import (
     StoreError,
     TransientModelError,
 )
-from ._ids import idempotency_key
+from ._ids import call_id, idempotency_key, result_id
 from ._model import ModelOutput, Usage, _History
 from ._plan import (
     AbortAction,
@@ -52,6 +52,7 @@ from ._plan import (
     NeedsOperator,
     ReuseResolution,
     RunAction,
+    StepCalls,
     plan,
 )
 from ._records import (
@@ -142,14 +143,22 @@ def verdict(walker: Walker, run_id: str) -> Walker:
 # -- the history, rebuilt from the log --------------------------------------------------
 
 
-def assistant_turn(output: dict[str, Any] | None, model_rid: str) -> dict[str, Any]:
+def assistant_turn(output: dict[str, Any] | None, model_rid: str, several: bool = False) -> dict[str, Any]:
+    """The history message of a model's answer (`several`: its step runs every tool call, 1.2)."""
     out = output or {}
     call = out.get("tool_call")
-    return {
+    turn = {
         "role": "assistant",
         "content": out.get("text"),
         "tool_call": None if call is None else {"id": model_rid, "name": call["name"], "args": call["args"]},
     }
+    calls = out.get("tool_calls")
+    if several and calls and len(calls) > 1:
+        n = len(calls)
+        listed = [{"id": call_id(model_rid, k, n), "name": c["name"], "args": c["args"]} for k, c in enumerate(calls, 1)]
+        turn["tool_call"] = listed[0]
+        turn["tool_calls"] = listed
+    return turn
 
 
 def rebuild_history(walker: Walker) -> _History:
@@ -161,13 +170,23 @@ def rebuild_history(walker: Walker) -> _History:
     if system:
         history.append({"role": "system", "content": system})
     history.append({"role": "user", "content": started.goal})
+    several = walker.minor >= 2
     for st in walker.steps:
         if st.output is None:
             break
-        history.append(assistant_turn(st.output.output, st.output.result_id))
+        rid = st.output.result_id
+        history.append(assistant_turn(st.output.output, rid, several))
+        done = st.completed
+        if done is None:
+            continue
+        if done.calls is not None:
+            n = len(done.calls)
+            for k, c in enumerate(done.calls, start=1):
+                history.append(_tool_turn(call_id(rid, k, n), c["tool"], c["observation"]))
+            continue
         call = _tool_call(st.output)
-        if st.completed is not None and call is not None:
-            history.append(_tool_turn(st.output.result_id, call["name"], st.completed.observation or ""))
+        if call is not None:
+            history.append(_tool_turn(rid, call["name"], done.observation or ""))
     return history
 
 
@@ -199,6 +218,11 @@ class _Run:
         self.tools = {t.name: t for t in agent.tools}
         self.specs = [t.spec() for t in agent.tools]
         self.alerted: set[str] = set()  # failed verifications this process told `on_alert` about
+        # Calls of a step of several that were refused before any intent (an
+        # unknown tool, arguments that do not fit): (step, call) -> observation.
+        self.refused: dict[tuple[int, int], str] = {}
+        self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
+        self._write_intents = getattr(store, "write_intents", None)
         self._writers = {
             Intent: store.write_intent,
             ModelCallResult: store.write_model_call_result,
@@ -239,8 +263,12 @@ class _Run:
             elif isinstance(nxt, AlertStop):
                 from ._guard_run import redeliver
 
-                await redeliver(self, self.walker.steps[nxt.executions[0].step - 1].actions[-1])
+                for e in nxt.executions:
+                    if e.kind == "action":
+                        await redeliver(self, self.walker.execution(e.result_id))
                 raise AlertError(self.run_id, nxt.executions)
+            elif isinstance(nxt, StepCalls):
+                await self._calls(nxt, history)
             elif isinstance(nxt, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
                 await self._guarded(nxt, history)
             else:
@@ -256,6 +284,11 @@ class _Run:
 
     async def _write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
+        # One write at a time, fed to the walker in the order the log holds them.
+        async with self._writing:
+            await self._write_one(record)
+
+    async def _write_one(self, record: Record) -> None:
         writer = self._writers[type(record)]
         if writer is None:
             raise StoreError(
@@ -295,42 +328,130 @@ class _Run:
             return
         out = _storable(output.to_json())
         await self._write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
-        history.append(assistant_turn(out, rid))
+        history.append(assistant_turn(out, rid, self.walker.minor >= 2))
 
     async def _act(self, nxt: RunAction, history: _History) -> None:
+        prepared = self._prepare(nxt)
+        if isinstance(prepared, str):
+            await self._complete(nxt.step, None, prepared, True, nxt.tool, history)
+            return
+        tool, intent = prepared
+        await self._write(intent)
+        await self._execute(tool, _context(self.run_id, intent), nxt.args, history)
+
+    def _prepare(self, nxt: RunAction) -> tuple[Tool, Intent] | str:
+        """The tool and intent of an action, or the error observation that refuses it before any intent."""
         tool = self.tools.get(nxt.tool)
         if tool is None:
             if nxt.attempt > 1:
                 raise RunMismatchError(self.run_id, "tools", nxt.tool, sorted(self.tools))
             known = ", ".join(sorted(self.tools)) or "none"
-            observation = f"error: unknown tool {nxt.tool!r}; available tools: {known}"
-            await self._complete(nxt.step, None, observation, True, nxt.tool, history)
-            return
+            return f"error: unknown tool {nxt.tool!r}; available tools: {known}"
         invalid = tool.check_args(nxt.args) if nxt.attempt == 1 else None
         if invalid is not None:
             # Checked before the intent: arguments that do not fit the tool's
             # schema never reach it; the model reads why and may try again.
-            await self._complete(nxt.step, None, f"error: {invalid}", True, nxt.tool, history)
-            return
-        rid = f"s{nxt.step}-a{nxt.attempt}"
-        key = idempotency_key(self.run_id, nxt.step, nxt.tool, nxt.args)
-        await self._write(
-            Intent(
-                kind="action",
-                step=nxt.step,
-                attempt=nxt.attempt,
-                result_id=rid,
-                tool=nxt.tool,
-                args=nxt.args,
-                replay=tool.replay,
-                idempotency_key=key,
-            )
+            return f"error: {invalid}"
+        return tool, Intent(
+            kind="action",
+            step=nxt.step,
+            attempt=nxt.attempt,
+            result_id=result_id("action", nxt.step, nxt.attempt, nxt.call),
+            tool=nxt.tool,
+            args=nxt.args,
+            replay=tool.replay,
+            idempotency_key=idempotency_key(self.run_id, nxt.step, nxt.tool, nxt.args, nxt.call),
+            call=nxt.call,
         )
-        await self._execute(tool, ToolContext(self.run_id, nxt.step, nxt.attempt, rid, key), nxt.args, history)
+
+    # -- a step of several tool calls (log format 1.2) ----------------------------------
+
+    async def _calls(self, nxt: StepCalls, history: _History) -> None:
+        """Do every call's pending move of a step of several tool calls, or complete the step.
+
+        New intents of the step are written together, with one durable write
+        where the store can (`write_intents`), before any of the calls runs;
+        then the calls run concurrently, unless one of their tools declares
+        `concurrent=False` (then in order). Each call's outcome is recorded
+        as it comes (`action_result`). The planner sees the result and says
+        what is left: a verification, a rollback, or completing the step.
+        """
+        step = nxt.step
+        work: list[tuple[Any, Tool | None, Intent | None]] = []
+        for k, move in enumerate(nxt.moves, start=1):
+            if (step, k) in self.refused or not isinstance(move, _PENDING):
+                continue
+            if isinstance(move, RunAction):
+                prepared = self._prepare(move)
+                if isinstance(prepared, str):
+                    self.refused[(step, k)] = prepared
+                    continue
+                work.append((move, *prepared))
+            else:
+                work.append((move, self.tools.get(move.tool), None))
+        if not work:
+            await self._complete_calls(nxt, history)
+            return
+        intents = [intent for _, _, intent in work if intent is not None]
+        if intents:
+            await self._write_all(intents)
+        jobs = [self._call_job(move, tool, intent, history) for move, tool, intent in work]
+        if len(jobs) == 1 or any(t is not None and not t.concurrent for _, t, _ in work):
+            for job in jobs:
+                await job
+            return
+        try:
+            async with asyncio.TaskGroup() as group:
+                for job in jobs:
+                    group.create_task(job)
+        except BaseExceptionGroup as group_error:
+            raise _first_failure(group_error) from None
+
+    async def _call_job(self, move: Any, tool: Tool | None, intent: Intent | None, history: _History) -> None:
+        if intent is None:
+            await self._guarded(move, history)
+            return
+        assert tool is not None
+        await self._execute(tool, _context(self.run_id, intent), move.args, history)
+
+    async def _write_all(self, intents: list[Intent]) -> None:
+        """Make the intents durable before any of their calls runs (one durable write if the store can)."""
+        if self._write_intents is None or len(intents) == 1:
+            for intent in intents:
+                await self._write(intent)
+            return
+        async with self._writing:
+            try:
+                await self._write_intents(self.run_id, intents)
+            except PolyLoopError:
+                raise
+            except Exception as exc:
+                raise StoreError(f"store failed to write run {self.run_id!r}: {exc}", run_id=self.run_id) from exc
+            for intent in intents:
+                if not self.walker.feed(intent):
+                    raise AssertionError(f"the run loop wrote a record a correct writer never writes: {self.walker.problems[-1]}")
+
+    async def _complete_calls(self, nxt: StepCalls, history: _History) -> None:
+        """Every call's outcome is known: complete the step with all of them, in the calls' order."""
+        step = nxt.step
+        outcomes: list[dict[str, Any]] = []
+        for k, move in enumerate(nxt.moves, start=1):
+            refused = self.refused.pop((step, k), None)
+            if refused is not None:
+                outcomes.append({"result_id": None, "tool": move.tool, "observation": _storable(refused), "is_error": True})
+            else:
+                rid, text, is_error = _settled(move)
+                outcomes.append({"result_id": rid, "tool": move.tool, "observation": _storable(text), "is_error": is_error})
+        await self._write(StepCompleted(step=step, result_id=None, observation=None, calls=outcomes))
+        model = self.walker.steps[step - 1].output
+        assert model is not None
+        n = len(outcomes)
+        for k, c in enumerate(outcomes, start=1):
+            history.append(_tool_turn(call_id(model.result_id, k, n), c["tool"], c["observation"]))
 
     async def _execute(self, tool: Tool, ctx: ToolContext, args: dict[str, Any], history: _History) -> None:
         """Run an action whose intent is durable: precondition, the tool, and its outcome."""
-        step, rid = ctx.step, ctx.result_id
+        rid = ctx.result_id
         pre = tool.guards.precondition
         if pre is not None:
             # Recorded (durably) before the tool runs: an intent without this
@@ -344,14 +465,20 @@ class _Run:
         except _CancelledAfter as late:
             # The tool's thread ended after the run was cancelled: its outcome
             # is known, so record it rather than leave an unknown behind.
-            await self._outcome(tool, step, rid, *late.outcome, history)
+            await self._outcome(tool, ctx, *late.outcome, history)
             raise asyncio.CancelledError() from None
-        await self._outcome(tool, step, rid, observation, is_error, history)
+        await self._outcome(tool, ctx, observation, is_error, history)
 
     async def _outcome(
-        self, tool: Tool, step: int, rid: str, observation: str, is_error: bool, history: _History
+        self, tool: Tool, ctx: ToolContext, observation: str, is_error: bool, history: _History
     ) -> None:
-        if tool.guards.verify is not None and not is_error:
+        step, rid = ctx.step, ctx.result_id
+        if ctx.call is not None or (tool.guards.verify is not None and not is_error):
+            # A call of a step of several reports its outcome on its own (the
+            # step completes with all of them); a verified tool's result waits
+            # for its verification (planner: Verify).
+            await self._write(ActionResult(result_id=rid, observation=representable(observation), is_error=is_error))
+            return
             # The step is not done until the target is read back (planner: Verify).
             await self._write(ActionResult(result_id=rid, observation=representable(observation)))
             return
@@ -377,6 +504,43 @@ class _Run:
         steps = self.walker.completed_steps
         await self._write(RunFinished(reason=reason, result=text, steps=steps, error=error))
         return RunResult(self.run_id, reason, text, steps, error)
+
+
+_PENDING = (RunAction, ContinueAction, Verify, Rollback, Reconcile)
+
+
+def _context(run_id: str, intent: Intent) -> ToolContext:
+    assert intent.idempotency_key is not None
+    return ToolContext(run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
+
+
+def _settled(move: Any) -> tuple[str, str, bool]:
+    """(result id, observation, is_error) of a call whose outcome the planner says is known."""
+    if isinstance(move, AbortAction):
+        return move.result_id, f"error: {move.tool} did not run: its precondition failed: {move.reason}", True
+    if isinstance(move, ReuseResolution):
+        return move.result_id, move.observation, False
+    assert isinstance(move, Complete)
+    return move.result_id, move.observation, move.is_error
+
+
+def _first_failure(group: BaseExceptionGroup) -> BaseException:
+    """The exception to raise for a step's calls that failed together: a cancellation wins
+    (Ctrl-C), then the first library error."""
+    flat: list[BaseException] = []
+
+    def collect(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                collect(inner)
+        else:
+            flat.append(e)
+
+    collect(group)
+    for e in flat:
+        if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
+            return e
+    return flat[0]
 
 
 def _storable(value: Any) -> Any:

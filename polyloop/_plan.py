@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ._classify import Recovery, Walker, _tool_call
+from ._classify import Recovery, Walker, _tool_call, tool_calls_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,7 @@ class RunAction:
     tool: str
     args: dict[str, Any]
     why: str = "first"
+    call: int | None = None  # which tool call, in a step of several
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,7 @@ class Rollback:
     action_id: str
     tool: str
     kind: str
+    call: int | None = None  # which tool call, in a step of several
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class Reconcile:
 class Complete:
     """The action's outcome is recorded: complete the step with `observation`.
 
-    `why` is `verified`, `rolled_back`, `reconciled` or `settled` (an
+    `why` is `verified`, `returned` (a call of a step of several), `rolled_back`, `reconciled` or `settled` (an
     operator settled an alert).
     """
 
@@ -164,6 +166,25 @@ class Complete:
     observation: str
     is_error: bool
     why: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepCalls:
+    """A step of several tool calls (log format 1.2): one move per call, in the calls' order.
+
+    Each move is what the call alone needs: `RunAction`, `ContinueAction`,
+    `Verify`, `Rollback` or `Reconcile` (work to do, done together), or
+    `Complete`, `ReuseResolution` or `AbortAction` (its outcome is known).
+    When every call's outcome is known the step completes with all of them.
+    """
+
+    step: int
+    moves: tuple[Any, ...]
+
+    @property
+    def pending(self) -> tuple[Any, ...]:
+        """The moves that are work to do (empty: the step can complete)."""
+        return tuple(m for m in self.moves if not isinstance(m, SETTLED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +211,11 @@ Next = Union[
     Reconcile,
     Complete,
     AlertStop,
+    StepCalls,
 ]
+
+# A call's moves that say its outcome: nothing is left to run for it.
+SETTLED = (Complete, ReuseResolution, AbortAction)
 
 
 def plan(state: Recovery | Walker) -> Next:
@@ -229,26 +254,38 @@ def plan(state: Recovery | Walker) -> Next:
         if len(calls) >= state.max_attempts:
             return FinishAttempts(view.step, len(calls))
         return CallModel(view.step, len(calls) + 1, after_failure=calls[-1].error is not None)
+    if view.calls is not None:
+        calls = tool_calls_of(view.output)
+        return StepCalls(
+            view.step,
+            tuple(_call_move(view.step, k, a, c) for k, (a, c) in enumerate(zip(view.calls, calls), start=1)),
+        )
     call = _tool_call(view.output)
     if call is None:
         return CompleteFinal(view.step, view.output.output.get("text") if view.output.output else None)
-    if not view.actions:
-        return RunAction(view.step, 1, call["name"], call["args"])
-    last = view.actions[-1]
-    guarded = _guarded(view.step, last, call)
+    return _call_move(view.step, None, view.actions, call)
+
+
+def _call_move(step: int, k: int | None, attempts: Sequence[Any], call: dict[str, Any]) -> Next:
+    """The next move for one tool call (`k` None: the step's only call), from its attempts."""
+    if not attempts:
+        return RunAction(step, 1, call["name"], call["args"], call=k)
+    last = attempts[-1]
+    guarded = _guarded(step, last, call, k)
     if guarded is not None:
         return guarded
     res = last.resolution or last.reconciled
     if res is not None and res.outcome == "executed":
-        return ReuseResolution(view.step, last.result_id, call["name"], res.observation or "")
+        return ReuseResolution(step, last.result_id, call["name"], res.observation or "")
     if res is not None and res.source == "reconcile":
-        return RunAction(view.step, last.attempt + 1, call["name"], call["args"], "reconciled")
+        return RunAction(step, last.attempt + 1, call["name"], call["args"], "reconciled", call=k)
     why = "rerun" if res is not None else "replay"
-    return RunAction(view.step, last.attempt + 1, call["name"], call["args"], why)
+    return RunAction(step, last.attempt + 1, call["name"], call["args"], why, call=k)
 
 
-def _guarded(step: int, last: Any, call: dict[str, Any]) -> Next | None:
-    """The next move for an action with guard records (None: decide as for any action)."""
+def _guarded(step: int, last: Any, call: dict[str, Any], k: int | None = None) -> Next | None:
+    """The next move for an action with guard records, or a returned call of a step of several
+    (None: decide as for any action)."""
     tool, rid = call["name"], last.result_id
     state = last.state
     if state == "pending":
@@ -262,7 +299,7 @@ def _guarded(step: int, last: Any, call: dict[str, Any]) -> Next | None:
         rb = last.rollbacks[-1] if last.rollbacks else None
         if state == "alert":  # the blocking check let it through: a rollback is to run
             attempt = 1 if rb is None else rb.attempt + 1
-            return Rollback(step, attempt, rid, tool, ver.rollback or "")
+            return Rollback(step, attempt, rid, tool, ver.rollback or "", call=k)
         assert rb is not None
         said = rb.returned.observation if rb.returned is not None else (rb.resolution.observation or "")
         text = f"{tool} was rolled back ({ver.rollback}) because its verification failed: {_why(ver)}"
@@ -279,10 +316,12 @@ def _guarded(step: int, last: Any, call: dict[str, Any]) -> Next | None:
         if ver is None and (last.guards or {}).get("verify"):
             return Verify(step, rid, tool, reconciled.observation or "")
         return Complete(step, rid, tool, reconciled.observation or "", False, "reconciled")
-    if last.returned is not None:
-        if ver is None:
-            return Verify(step, rid, tool, last.returned.observation)
-        return Complete(step, rid, tool, last.returned.observation, last.returned.is_error, "verified")
+    returned = last.returned
+    if returned is not None:
+        if ver is None and not returned.is_error and (last.guards or {}).get("verify"):
+            return Verify(step, rid, tool, returned.observation)
+        return Complete(step, rid, tool, returned.observation, returned.is_error,
+                        "verified" if ver is not None else "returned")
     if state == "unknown" and last.replay != "safe" and (last.guards or {}).get("reconcile"):
         return Reconcile(step, rid, tool)
     return None
@@ -319,6 +358,11 @@ def describe(nxt: Next, run_id: str) -> str:
             f"nothing undid it; check the world, then settle it with `{settle} --executed` "
             "(the effect stands) or `--not-executed` (it has no effect)"
         )
+    if isinstance(nxt, StepCalls):
+        todo = nxt.pending
+        if not todo:
+            return f"complete step {nxt.step} with the outcomes of its {len(nxt.moves)} tool calls and continue"
+        return f"step {nxt.step} ({len(nxt.moves)} tool calls): " + "; ".join(describe(m, run_id) for m in todo)
     if isinstance(nxt, ContinueAction):
         return f"check the precondition of {nxt.tool} (step {nxt.step}), then run it: it has not run yet"
     if isinstance(nxt, AbortAction):
@@ -341,6 +385,7 @@ def describe(nxt: Next, run_id: str) -> str:
             "rolled_back": "the news that it was rolled back",
             "reconciled": "the observation its reconcile reported",
             "settled": "the operator's settlement",
+            "returned": "what it returned",
         }[nxt.why]
         return f"complete step {nxt.step} with {how} ({nxt.tool}) and continue"
     if isinstance(nxt, FinishFinal):

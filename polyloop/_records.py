@@ -71,6 +71,8 @@ class Intent:
 
     `result_id` is where its result will be stored. For actions, `tool`,
     `args`, `replay` and `idempotency_key` are set; for model calls they are None.
+    `call` (log format 1.2) numbers the tool call, from 1, in a step whose
+    model output carries several; it is absent (None) otherwise.
     """
 
     TAG: ClassVar[str] = "intent"
@@ -82,6 +84,7 @@ class Intent:
     args: dict[str, Any] | None = None
     replay: Replay | None = None
     idempotency_key: str | None = None
+    call: int | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -89,8 +92,9 @@ class Intent:
 class ModelCallResult:
     """The outcome of one model call attempt.
 
-    `output` is `{"text": str | None, "tool_call": {"name", "args"} | None}`;
-    when the call failed, `output` is None and `error` says why.
+    `output` is `{"text": str | None, "tool_call": {"name", "args"} | None}`,
+    plus `"tool_calls": [{"name", "args"}, ...]` when the model asked for
+    several calls at once (`tool_call` is then the first); when the call failed, `output` is None and `error` says why.
     `usage` is `{"input_tokens": int, "output_tokens": int}` when known.
     """
 
@@ -108,6 +112,11 @@ class StepCompleted:
 
     `observation` is what the model sees next (None for a final answer);
     `is_error` marks an observation that reports a tool failure.
+    A step of several tool calls (log format 1.2) has `result_id` and
+    `observation` None and lists every call's outcome, in the calls' order,
+    in `calls`: `[{"result_id", "tool", "observation", "is_error"}, ...]`
+    (`result_id` None for a call that never got an intent: an unknown tool,
+    arguments that do not fit its schema).
     """
 
     TAG: ClassVar[str] = "step_completed"
@@ -115,6 +124,7 @@ class StepCompleted:
     result_id: str | None
     observation: str | None
     is_error: bool = False
+    calls: list[dict[str, Any]] | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -215,8 +225,15 @@ def encode(record: Record) -> bytes:
     by `representable`.
     """
     obj: dict[str, Any] = {"record": record.TAG}
-    for name in record.__slots__:  # type: ignore[union-attr]
-        obj[name] = getattr(record, name)
+    omit = _OMIT_NONE.get(type(record))
+    if omit is None:
+        for name in record.__slots__:  # type: ignore[union-attr]
+            obj[name] = getattr(record, name)
+    else:
+        for name in record.__slots__:  # type: ignore[union-attr]
+            value = getattr(record, name)
+            if value is not None or name not in omit:
+                obj[name] = value
     try:
         return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError:  # orjson's word for text UTF-8 cannot carry, among others
@@ -246,6 +263,14 @@ def representable(value: Any) -> Any:
     return value
 
 
+# Fields written only when set (1.2 additions that most records do not
+# need), so the records of a step with one tool call read as they always did.
+_OMIT_NONE: dict[type, frozenset[str]] = {
+    Intent: frozenset({"call"}),
+    StepCompleted: frozenset({"calls"}),
+}
+
+
 # What each field must hold: a tuple of accepted Python types (exact for
 # bool/int so `True` never passes as a step number) and whether None is allowed.
 _INT = (int,)
@@ -269,6 +294,7 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "args": (_DICT, True),
         "replay": (_STR, True),
         "idempotency_key": (_STR, True),
+        "call": (_INT, True),
         "at": (_STR, False),
     },
     ModelCallResult: {
@@ -283,6 +309,7 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "result_id": (_STR, True),
         "observation": (_STR, True),
         "is_error": ((bool,), False),
+        "calls": ((list,), True),
         "at": (_STR, False),
     },
     RunFinished: {
@@ -319,9 +346,9 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
     RunStarted: {"target", "config"},
-    Intent: {"tool", "args", "replay", "idempotency_key"},
+    Intent: {"tool", "args", "replay", "idempotency_key", "call"},
     ModelCallResult: {"usage", "error"},
-    StepCompleted: {"is_error"},
+    StepCompleted: {"is_error", "calls"},
     RunFinished: {"error"},
     Resolution: {"observation", "reason", "by", "source"},
     GuardCheck: {"reason", "rollback"},
@@ -388,11 +415,22 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
                 raise RecordError(f"{v['kind']} intent lacks tool, args, replay or idempotency_key")
             if v["replay"] not in ("safe", "never"):
                 raise RecordError(f"intent.replay {v['replay']!r} is not safe or never")
-        elif any(v.get(f) is not None for f in action_fields):
+        elif any(v.get(f) is not None for f in action_fields) or v.get("call") is not None:
             raise RecordError("model_call intent carries action fields")
+        call = v.get("call")
+        if call is not None and call < 1:
+            raise RecordError("intent.call starts at 1")
     elif cls is StepCompleted:
         if v["step"] < 1:
             raise RecordError("step_completed.step starts at 1")
+        calls = v.get("calls")
+        if calls is not None:
+            if len(calls) < 2 or not all(_is_call_outcome(c) for c in calls):
+                raise RecordError(
+                    "step_completed.calls must list two or more {result_id, tool, observation, is_error}"
+                )
+            if v.get("result_id") is not None or v.get("observation") is not None:
+                raise RecordError("a step_completed with calls has no result_id or observation of its own")
     elif cls is RunFinished:
         if v["reason"] not in ("final_answer", "max_steps", "error"):
             raise RecordError(f"run_finished.reason {v['reason']!r} is unknown")
@@ -419,12 +457,33 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
             text, call = out.get("text"), out.get("tool_call")
             if text is not None and not isinstance(text, str):
                 raise RecordError("model_call_result.output.text must be a string")
-            if call is not None and not (
-                isinstance(call, dict)
-                and isinstance(call.get("name"), str)
-                and isinstance(call.get("args"), dict)
-            ):
+            if call is not None and not _is_tool_call(call):
                 raise RecordError("model_call_result.output.tool_call needs a name and args")
+            calls = out.get("tool_calls")
+            if calls is not None and not (
+                isinstance(calls, list)
+                and len(calls) >= 2
+                and all(_is_tool_call(c) for c in calls)
+                and calls[0] == call
+            ):
+                raise RecordError(
+                    "model_call_result.output.tool_calls must list two or more {name, args}, "
+                    "the first of them the tool_call"
+                )
+
+
+def _is_tool_call(call: Any) -> bool:
+    return isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("args"), dict)
+
+
+def _is_call_outcome(c: Any) -> bool:
+    return (
+        isinstance(c, dict)
+        and (c.get("result_id") is None or isinstance(c.get("result_id"), str))
+        and isinstance(c.get("tool"), str)
+        and isinstance(c.get("observation"), str)
+        and type(c.get("is_error")) is bool
+    )
 
 
 _gc_lock = threading.Lock()

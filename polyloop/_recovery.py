@@ -49,6 +49,11 @@ class IntentFields:
         return self.intent.idempotency_key
 
     @property
+    def call(self) -> int | None:
+        """Which tool call of its step (from 1) when the step has several; else None."""
+        return self.intent.call
+
+    @property
     def error(self) -> str | None:
         """Why a model call attempt failed (None if it did not, or is not a model call)."""
         return self.result.error if isinstance(self.result, ModelCallResult) else None
@@ -101,6 +106,11 @@ class Execution(IntentFields):
         """The resolution that decides: an operator's wins over the tool's reconcile."""
         return self.resolution or self.reconciled
 
+    @property
+    def observed(self) -> tuple[str, bool] | None:
+        """(observation, is_error) that its recorded result gave the model; None without one."""
+        return observed(self)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +118,10 @@ class StepView:
     """What the log says about one step.
 
     `output` is the successful model call result (None until the model
-    answered); `completed` the step's `StepCompleted` record.
+    answered); `completed` the step's `StepCompleted` record. `actions`
+    holds every action attempt in log order; when the model asked for
+    several tool calls at once (log format 1.2), `calls` holds each call's
+    attempts, call 1 first (None for a step of at most one call).
     """
 
     step: int
@@ -116,6 +129,7 @@ class StepView:
     actions: tuple[Execution, ...]
     output: ModelCallResult | None
     completed: StepCompleted | None
+    calls: tuple[tuple[Execution, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +191,26 @@ class Recovery:
         from ._plan import describe, plan
 
         return describe(plan(self), self.run_id)
+
+
+def observed(e: Any) -> tuple[str, bool] | None:
+    """(observation, is_error) an action's result recorded, or None when it has none.
+
+    A step's only call records it in its `step_completed` (or, verified, its
+    `action_result`); a call of a step of several in its `action_result`,
+    and its step's `step_completed` lists the outcome the model was given.
+    """
+    done = e.result
+    if isinstance(done, StepCompleted) and done.calls is not None:
+        for c in done.calls:
+            if c["result_id"] == e.result_id:
+                return c["observation"], c["is_error"]
+        done = None
+    if done is None or isinstance(done, ModelCallResult):
+        done = getattr(e, "returned", None)
+    if done is None or done.observation is None:
+        return None
+    return done.observation, done.is_error
 
 
 def max_steps_of(started: RunStarted) -> int | None:

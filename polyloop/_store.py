@@ -109,6 +109,19 @@ class LockingStore(Store, Protocol):
 
 
 @runtime_checkable
+class BatchingStore(Protocol):
+    """A store that can make several intents durable with one write (optional capability).
+
+    When the model asks for several tool calls at once, the run loop writes
+    all their intents before any call runs: with `write_intents` in one
+    durable write (durable before it returns, like `write_intent`, in the
+    order given), else one `write_intent` each.
+    """
+
+    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None: ...
+
+
+@runtime_checkable
 class ProbingStore(Protocol):
     """A store that can tell cheaply whether a run has a log (optional capability).
 

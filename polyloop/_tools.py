@@ -44,6 +44,8 @@ class ToolContext:
         result_id: the id its result is stored under.
         idempotency_key: the same for every attempt of this logical action;
             pass it to external services so they can de-duplicate.
+        call: which of the step's tool calls this is (from 1) when the model
+            asked for several at once; None for a step's only call.
     """
 
     run_id: str
@@ -51,6 +53,7 @@ class ToolContext:
     attempt: int
     result_id: str
     idempotency_key: str
+    call: int | None = None
 
 
 class Tool:
@@ -72,10 +75,12 @@ class Tool:
         description: str | None = None,
         replay: Replay = "never",
         irreversible: bool = False,
+        concurrent: bool = True,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
         self.irreversible = irreversible
+        self.concurrent = concurrent
         self.guards = _Guards()
         self.fn = fn
         self.name = name or fn.__name__
@@ -510,6 +515,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     irreversible: bool = False,
+    concurrent: bool = True,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -521,6 +527,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     irreversible: bool = False,
+    concurrent: bool = True,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -550,11 +557,17 @@ def tool(
         irreversible: the action cannot be undone: it may not declare an
             undo or compensate rollback, and a failed verification stops the
             run for a person (see `Tool.verify`).
+        concurrent: False when the tool must not run at the same time as
+            other calls of a step: when the model asks for several tool calls
+            at once they run concurrently, unless one of them is such a tool;
+            then the step runs them one after another, in the model's order.
     """
     if fn is not None:
-        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible)
+        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible,
+                    concurrent=concurrent)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible)
+        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible,
+                    concurrent=concurrent)
 
     return wrap

@@ -65,3 +65,17 @@ def test_the_ls_benchmark_runs_and_cleans_up(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "`list_runs`, 1 worker" in proc.stdout and "Speed-up of" in proc.stdout, proc.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_parallel_calls_benchmark_counts_the_same_fsyncs_for_four_calls_as_for_one(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "calls.py"), "--quick", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
+    one, four = rows["1 call per step"], rows["4 calls per step (intents in one durable write)"]
+    # Counted, not timed: the four intents of a step are one durable write.
+    assert float(four[4]) == float(one[4]), proc.stdout
+    assert float(rows["4 calls per step, one durable write per intent (for scale)"][4]) > float(one[4])
+    assert list(tmp_path.iterdir()) == []

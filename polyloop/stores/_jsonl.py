@@ -26,7 +26,7 @@ import re
 import stat
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -172,6 +172,10 @@ class JsonlStore:
 
     async def write_intent(self, run_id: str, record: Intent) -> None:
         await self._append_durable(run_id, encode(record))
+
+    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
+        """Append several intents with one write and one fsync (the calls of one step)."""
+        await self._append_durable(run_id, b"".join([encode(r) for r in records]))
 
     async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
         await self._append_soon(run_id, encode(record))

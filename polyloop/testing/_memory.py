@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._ids import check_run_id
@@ -61,6 +61,10 @@ class MemoryStore:
 
     async def write_intent(self, run_id: str, record: Intent) -> None:
         self._lines(run_id).append(encode(record))
+
+    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
+        """Append several intents at once (see `polyloop.stores.JsonlStore.write_intents`)."""
+        self._lines(run_id).extend(encode(r) for r in records)
 
     async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
         self._lines(run_id).append(encode(record))

@@ -30,6 +30,7 @@ import errno
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ import orjson
 from polyloop import Agent, ScriptedModel, ToolContext, tool
 
 _effects_done = 0
+_effects_lock = threading.Lock()  # the calls of a step of several run in threads at once
 
 
 def _env_path(name: str) -> Path:
@@ -68,23 +70,24 @@ def _pause(times: float = 1) -> None:
 def _side_effect(name: str, args: dict[str, Any], ctx: ToolContext, observation: str) -> str:
     global _effects_done
     observation += "." * int(os.environ.get("POLYLOOP_BIG") or 0)
-    n = _effects_done + 1
     _pause()
-    _kill_if(f"before:effect:{n}")
-    _append_fsynced(
-        _env_path("POLYLOOP_EFFECTS"),
-        {
-            "tool": name,
-            "args": args,
-            "result_id": ctx.result_id,
-            "attempt": ctx.attempt,
-            "key": ctx.idempotency_key,
-            "observation": observation,
-            "pid": os.getpid(),
-        },
-    )
-    _effects_done = n
-    _kill_if(f"after:effect:{n}")
+    with _effects_lock:
+        n = _effects_done + 1
+        _kill_if(f"before:effect:{n}")
+        _append_fsynced(
+            _env_path("POLYLOOP_EFFECTS"),
+            {
+                "tool": name,
+                "args": args,
+                "result_id": ctx.result_id,
+                "attempt": ctx.attempt,
+                "key": ctx.idempotency_key,
+                "observation": observation,
+                "pid": os.getpid(),
+            },
+        )
+        _effects_done = n
+        _kill_if(f"after:effect:{n}")
     _world_action(n)
     # Linger longest where a crash hurts most: the effect is done, its record not yet written.
     _pause(3)
@@ -206,6 +209,20 @@ def agent() -> Agent:
 def soak_agent() -> Agent:
     """Seven steps mixing `never` writes, safe reads and slow safe reads."""
     return Agent(model=LedgerModel(SOAK_SCRIPT), tools=[read, write, slow_read], max_steps=10)
+
+
+# Steps of several tool calls (run concurrently): `never` writes next to safe reads.
+PARALLEL_SCRIPT = [
+    {"calls": [{"tool": "write", "args": {"name": "w1"}}, {"tool": "read", "args": {"name": "r1"}},
+               {"tool": "write", "args": {"name": "w2"}}]},
+    {"calls": [{"tool": "read", "args": {"name": "r2"}}, {"tool": "write", "args": {"name": "w3"}}]},
+    {"final": "all calls done"},
+]
+
+
+def parallel_agent() -> Agent:
+    """Two steps of several tool calls each, then the final answer."""
+    return Agent(model=LedgerModel(PARALLEL_SCRIPT), tools=[read, write, slow_read], max_steps=10)
 
 
 def blocking_agent() -> Agent:

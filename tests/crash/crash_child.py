@@ -7,7 +7,8 @@
 `POLYLOOP_KILL_AT=before|after:KIND:N` SIGKILLs the process just before or
 just after the N-th write of KIND by this process, where KIND is one of
 `run_started`, `intent:model_call`, `intent:action`, `model_call_result`,
-`step_completed`, `run_finished`, `resolution`. The kill is a real SIGKILL
+`step_completed`, `run_finished`, `resolution`, `intents` (the intents of a
+step's several tool calls, written together), `action_result`. The kill is a real SIGKILL
 of this real process; "after" means the store's write returned (for writes
 handed to the writer thread, the record is then on disk).
 
@@ -126,6 +127,12 @@ class CueStore(JsonlStore):
 
     async def write_intent(self, run_id, record):
         await self._cue(f"intent:{record.kind}", super().write_intent(run_id, record))
+
+    async def write_intents(self, run_id, records):
+        await self._cue("intents", super().write_intents(run_id, records))
+
+    async def write_action_result(self, run_id, record):
+        await self._cue("action_result", super().write_action_result(run_id, record))
 
     async def write_model_call_result(self, run_id, record):
         await self._cue("model_call_result", super().write_model_call_result(run_id, record))

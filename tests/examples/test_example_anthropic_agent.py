@@ -33,11 +33,6 @@ def test_python_examples_anthropic_agent_fake_runs_over_a_socket(python: Runner,
     assert [c["name"] for c in outputs[2]["tool_calls"]] == ["read_file", "list_files"]  # type: ignore[index]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the run loop runs every call of a step once the lead wires issue 14 part 1; "
-    "until then only the first call of step 3 runs",
-)
 def test_both_calls_of_the_parallel_step_run(python: Runner, workdir: Path) -> None:
     done = python("anthropic_agent.py", "--fake", "--run-id", "claude", "--dir", "runs")
     assert done.returncode == 0, done.stderr
