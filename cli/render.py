@@ -385,9 +385,16 @@ def _decision(e: Execution) -> Text:
     call = output.get("tool_call")
     if call is None:
         return Text.assemble(("final answer: ", "bold"), clip(output.get("text") or "", 120))
-    return Text.assemble(
-        "→ ", (clip(call.get("name"), 40), "bold"), f"({clip(_compact(call.get('args')), 80)})"
-    )
+    calls = output.get("tool_calls") or [call]
+    text = Text("→ ")
+    for k, c in enumerate(calls[:8]):  # an answer with dozens of calls stays one readable cell
+        if k:
+            text.append(", ")
+        text.append(clip(c.get("name"), 40), style="bold")
+        text.append(f"({clip(_compact(c.get('args')), 80 if len(calls) == 1 else 40)})")
+    if len(calls) > 8:
+        text.append(f", ... ({len(calls)} calls)")
+    return text
 
 
 def _guards_line(g: dict[str, Any]) -> str:

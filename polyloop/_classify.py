@@ -544,7 +544,8 @@ class Walker(GuardHandlers):
             i = x.intent
             if not x.guards:  # positional and without the guard fields: a long log has many
                 frozen[id(x)] = Execution(
-                    i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index
+                    i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index,
+                    None, x.returned,  # a call of a step of several has its own result
                 )
                 continue
             frozen[id(x)] = Execution(
