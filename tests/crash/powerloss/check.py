@@ -159,11 +159,11 @@ async def _recover(world: World, store: AckingStore, run: Run) -> list[str]:
     if (result.reason, result.text) != ("final_answer", run.final):
         problems.append(f"{rid}: ended {result.reason} {result.text!r}, not {run.final!r}")
     effects = world.effects(rid)
-    for step in run.steps("write"):
-        n = sum(1 for e in effects if e["step"] == step)
+    for step, name in run.calls("write"):
+        n = sum(1 for e in effects if (e["step"], e["name"]) == (step, name))
         if n != 1:
-            problems.append(f"{rid}: the `never` write of step {step} happened {n} times")
-    for step in run.steps("read"):
-        if not any(e["step"] == step for e in effects):
-            problems.append(f"{rid}: the `safe` read of step {step} never happened")
+            problems.append(f"{rid}: the `never` write {name} of step {step} happened {n} times")
+    for step, name in run.calls("read"):
+        if not any((e["step"], e["name"]) == (step, name) for e in effects):
+            problems.append(f"{rid}: the `safe` read {name} of step {step} never happened")
     return problems

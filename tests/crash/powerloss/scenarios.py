@@ -80,7 +80,7 @@ def _effect(world: World, name: str, replay: str, args: dict[str, Any], ctx: Too
         raise ProcessCrash
     observation = f"{name} {args['name']} (attempt {ctx.attempt})"
     world.note(
-        "effect", run_id=ctx.run_id, step=ctx.step, tool=name, replay=replay,
+        "effect", run_id=ctx.run_id, step=ctx.step, tool=name, replay=replay, name=args["name"],
         result_id=ctx.result_id, key=ctx.idempotency_key, observation=observation,
     )
     if (ctx.run_id, ctx.step, "after") in world.crash:
@@ -158,6 +158,11 @@ class AckingStore(JsonlStore):
         await super().write_intent(run_id, record)
         self._ack(run_id, record)
 
+    async def write_intents(self, run_id, records):  # type: ignore[no-untyped-def, override]
+        await super().write_intents(run_id, records)
+        for record in records:
+            self._ack(run_id, record)
+
     async def write_model_call_result(self, run_id, record):  # type: ignore[no-untyped-def, override]
         await super().write_model_call_result(run_id, record)
         self._ack(run_id, record)
@@ -194,9 +199,14 @@ class Run:
     def final(self) -> str:
         return str(self.script[-1]["final"])
 
-    def steps(self, tool_name: str) -> list[int]:
-        """The steps whose scripted action is `tool_name`."""
-        return [n for n, out in enumerate(self.script, start=1) if out.get("tool") == tool_name]
+    def calls(self, tool_name: str) -> list[tuple[int, str]]:
+        """(step, argument `name`) of every scripted call of `tool_name`, one per call."""
+        found = []
+        for n, out in enumerate(self.script, start=1):
+            for call in out.get("calls") or ([out] if "tool" in out else []):
+                if call["tool"] == tool_name:
+                    found.append((n, call["args"]["name"]))
+        return found
 
 
 @dataclass(frozen=True)
@@ -227,6 +237,9 @@ def _script(*steps: str) -> tuple[dict[str, Any], ...]:
         usage = {"input_tokens": 10 * n, "output_tokens": n}
         if step.startswith("final:"):
             out.append({"final": step[len("final:") :], "usage": usage})
+        elif step.startswith("calls:"):  # several tool calls at once: "calls:write:w1+read:r2"
+            calls = [c.partition(":") for c in step[len("calls:") :].split("+")]
+            out.append({"calls": [{"tool": t, "args": {"name": a}} for t, _, a in calls], "usage": usage})
         else:
             tool_name, _, arg = step.partition(":")
             out.append({"tool": tool_name, "args": {"name": arg}, "usage": usage})
@@ -262,6 +275,15 @@ SCENARIOS: dict[str, Scenario] = {
             "guarded",
             (Run("guarded", _script("read:r1", "write:w2", "write:w3", "final:checked")),),
             crash=frozenset({("guarded", 2, "after")}),
+        ),
+        # Steps of several tool calls (log format 1.2): the intents of a step in one durable
+        # write, the calls' action_results as they come; one process dies after the first
+        # effect of step 1 (the other calls of the step unknown or not yet run).
+        Scenario(
+            "parallel",
+            (Run("parallel", _script("calls:write:w1+read:r2+write:w3", "calls:read:r4+write:w5",
+                                     "final:parallel")),),
+            crash=frozenset({("parallel", 1, "after")}),
         ),
         # Two runs appending to two files at once: their appends are not ordered with each other.
         Scenario(
