@@ -10,7 +10,7 @@ For every point a child process runs the agent and SIGKILLs itself there;
 the harness recovers as an operator would (resume; on exit 3 settle every
 waiting call by the ground truth, the effects file; resume) and audits:
 
-* every `never` call's side effect happened exactly once (by idempotency
+* every `never` call's side effect happened once and only once (by idempotency
   key), none was lost, and no call ran before its intent was durable;
 * the recovered log verifies, finishes with the final answer after three
   steps, and each step lists one outcome per call, in the model's order.

@@ -19,6 +19,7 @@ import orjson
 from hypothesis import strategies as st
 
 from polyloop import (
+    ActionResult,
     Intent,
     ModelCallResult,
     Resolution,
@@ -127,15 +128,24 @@ def simulate(d: Any) -> list[Any]:
                                                error="the model call failed"))
                     return records
                 continue
-            kind = d.pick(["tool", "tool", "final", "unknown_tool"])
+            kind = d.pick(["tool", "tool", "final", "unknown_tool", "several"])
             if kind == "final":
                 output = {"text": d.text(), "tool_call": None}
+            elif kind == "several":  # log format 1.2: every call of the answer runs
+                calls = [{"name": d.pick(sorted(TOOLS) + ["nonexistent"]), "args": {"name": d.name()}}
+                         for _ in range(d.int(2, 3))]
+                output = {"text": None, "tool_call": calls[0], "tool_calls": calls}
             else:
                 tool = d.pick(sorted(TOOLS)) if kind == "tool" else "nonexistent"
                 output = {"text": d.pick([None, d.text()]),
                           "tool_call": {"name": tool, "args": {"name": d.name()}}}
             records.append(ModelCallResult(result_id=rid, output=output, usage=d.usage()))
         call = output["tool_call"]
+        if "tool_calls" in output:
+            done = _several(d, records, step, output["tool_calls"])
+            if done is not None:
+                return done
+            continue
         if call is None:
             records.append(StepCompleted(step=step, result_id=None, observation=None))
             records.append(RunFinished(reason="final_answer", result=output["text"], steps=step))
@@ -165,6 +175,50 @@ def simulate(d: Any) -> list[Any]:
             records.append(StepCompleted(step=step, result_id=rid, observation=observation,
                                          is_error=d.pick([False, True])))
             break
+
+
+def _several(d: Any, records: list[Any], step: int, calls: list[dict[str, Any]]) -> list[Any] | None:
+    """The records of a step of several tool calls, as a correct writer makes them; returns
+    `records` when the process died for good inside the step (the log ends there), else None."""
+    latest: dict[int, int] = {}  # call -> its latest attempt
+    outcomes: dict[int, dict[str, Any]] = {}
+    for k, c in enumerate(calls, start=1):
+        if c["name"] not in TOOLS:
+            outcomes[k] = {"result_id": None, "tool": c["name"], "observation": "error: unknown tool",
+                           "is_error": True}
+    pending = [k for k in range(1, len(calls) + 1) if k not in outcomes]
+    while pending:
+        # The intents of every call still to run, written together, then the calls' fates.
+        for k in pending:
+            latest[k] = latest.get(k, 0) + 1
+            c = calls[k - 1]
+            records.append(Intent(kind="action", step=step, attempt=latest[k], result_id=f"s{step}-c{k}-a{latest[k]}",
+                                  tool=c["name"], args=c["args"], replay=TOOLS[c["name"]],
+                                  idempotency_key=f"pl-{step:030x}{k:02x}", call=k))
+        again = []
+        for k in pending:
+            rid = f"s{step}-c{k}-a{latest[k]}"
+            safe = TOOLS[calls[k - 1]["name"]] == "safe"
+            choices = ["done", "done", "lost"] if safe else ["done", "done", "executed", "not_executed", "stop"]
+            fate = d.pick(choices) if latest[k] < 4 else "done"
+            if fate == "stop":
+                return records  # the log ends with this `never` call unknown
+            if fate == "lost" or fate == "not_executed":
+                if fate == "not_executed":
+                    records.append(Resolution(result_id=rid, outcome="not_executed", by="op", reason=d.text()))
+                again.append(k)
+                continue
+            observation = d.text()
+            if fate == "executed":
+                records.append(Resolution(result_id=rid, outcome="executed", observation=observation, by="op"))
+            else:
+                records.append(ActionResult(result_id=rid, observation=observation))
+            outcomes[k] = {"result_id": rid, "tool": calls[k - 1]["name"], "observation": observation,
+                           "is_error": False}
+        pending = again
+    records.append(StepCompleted(step=step, result_id=None, observation=None,
+                                 calls=[outcomes[k] for k in range(1, len(calls) + 1)]))
+    return None
 
 
 @st.composite
@@ -197,7 +251,7 @@ class Expected:
 def oracle(records: list[Any]) -> Expected:
     """How a valid log must be classified (SPEC §3), written out independently."""
     intents = [r for r in records if isinstance(r, Intent)]
-    with_result = {r.result_id for r in records if isinstance(r, ModelCallResult | StepCompleted)}
+    with_result = {r.result_id for r in records if isinstance(r, ModelCallResult | StepCompleted | ActionResult)}
     resolved = {r.result_id for r in records if isinstance(r, Resolution)}
     states = {}
     for i, it in enumerate(intents):
@@ -205,7 +259,7 @@ def oracle(records: list[Any]) -> Expected:
             states[it.result_id] = "resolved"
         elif it.result_id in with_result:
             states[it.result_id] = "done"
-        elif any(o.step == it.step and o.kind == it.kind for o in intents[i + 1 :]):
+        elif any((o.step, o.kind, o.call) == (it.step, it.kind, it.call) for o in intents[i + 1 :]):
             states[it.result_id] = "superseded"
         else:
             states[it.result_id] = "unknown"
@@ -217,7 +271,12 @@ def oracle(records: list[Any]) -> Expected:
         status = "needs_operator"
     else:
         status = "resumable"
-    return Expected(status, states, blocking, sum(isinstance(r, StepCompleted) for r in records))
+    completed = sum(isinstance(r, StepCompleted) for r in records)
+    # Only the open step's calls can wait for a person; one with an outcome by now does not.
+    blocking = [b for b in blocking if int(b[1:].split("-")[0]) == completed + 1]
+    if blocking and not isinstance(records[-1], RunFinished):
+        status = "needs_operator"
+    return Expected(status, states, blocking, completed)
 
 
 # -- mutations that a correct writer can never produce --------------------------------------
@@ -288,15 +347,26 @@ def mutate(lines: list[bytes], kind: str, rnd: random.Random) -> list[bytes] | N
     elif kind == "duplicate":
         out.insert(rnd.randrange(i + 1, n + 1), lines[i])
     elif kind == "drop_intent":
-        intents = [k for k in range(n - 1) if orjson.loads(lines[k]).get("record") == "intent"]
+        # Not an intent of one of a step's several calls: a call refused before any intent
+        # (arguments that do not fit its tool) leaves exactly that gap.
+        intents = [k for k in range(n - 1) if orjson.loads(lines[k]).get("record") == "intent"
+                   and "call" not in orjson.loads(lines[k])]
         if not intents:
             return None
         del out[rnd.choice(intents)]
     elif kind == "swap_next":
+        if _of_a_call(lines[i]) and _of_a_call(lines[i + 1]):
+            return None  # the calls of a step run concurrently: their records come in any order
         out[i], out[i + 1] = out[i + 1], out[i]
     else:
         raise ValueError(kind)
     return out
+
+
+def _of_a_call(line: bytes) -> bool:
+    """A record about one of a step's several tool calls (an intent, result or resolution)."""
+    obj = orjson.loads(line)
+    return "call" in obj or "-c" in str(obj.get("result_id") or "")
 
 
 def _decodes(data: bytes) -> bool:
