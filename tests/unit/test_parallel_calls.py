@@ -322,3 +322,93 @@ def test_a_1_1_log_whose_model_asked_for_two_calls_still_resumes_running_only_th
     assert ran == ["read a"]
     action = [r for r in _log_lines(store) if r["record"] == "intent" and r["kind"] == "action"]
     assert [(a["result_id"], a.get("call")) for a in action] == [("s1-a1", None)]
+
+
+# -- guards apply per call -------------------------------------------------------------------
+
+
+def _guarded_pay(world: dict, *, verify_ok: bool = True, rollback: str | None = "undo", reconcile=None):
+    @tool
+    def pay(amount: int, ctx) -> str:
+        """Pay an amount."""
+        world.setdefault("paid", []).append(amount)
+        return f"paid {amount}"
+
+    @pay.precondition
+    def _pre(args, ctx):
+        return args["amount"] < 100 or "over the limit"
+
+    @pay.verify
+    def _verify(args, result, ctx):
+        return verify_ok or "the ledger disagrees"
+
+    if rollback is not None:
+        @pay.rollback(kind=rollback)
+        def _undo(args, result, ctx):
+            world.setdefault("undone", []).append(args["amount"])
+            return "refunded"
+
+    if reconcile is not None:
+        pay.reconcile(reconcile)
+    return pay
+
+
+def _pays(*amounts: int) -> list[dict[str, Any]]:
+    return [{"calls": [{"tool": "pay", "args": {"amount": a}} for a in amounts]}, {"final": "paid"}]
+
+
+def test_each_call_has_its_own_precondition_verification_and_rollback() -> None:
+    world: dict = {}
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel(_pays(5, 500, 7)), tools=[_guarded_pay(world, verify_ok=False)])
+    result = asyncio.run(agent.run("g", run_id="r", store=store))
+    assert result.reason == "final_answer"
+    assert sorted(world["paid"]) == [5, 7] and sorted(world["undone"]) == [5, 7]  # 500: precondition failed
+    recs = records_of(store, "r")
+    rollbacks = [r for r in recs if r["record"] == "intent" and r["kind"] == "rollback"]
+    assert sorted((r["result_id"], r["call"]) for r in rollbacks) == [("s1-c1-r1", 1), ("s1-c3-r1", 3)]
+    calls = next(r for r in recs if r["record"] == "step_completed")["calls"]
+    assert "rolled back" in calls[0]["observation"] and "rolled back" in calls[2]["observation"]
+    assert "precondition failed: over the limit" in calls[1]["observation"] and calls[1]["is_error"]
+    classify([decode_record(r) for r in recs], run_id="r")
+
+
+def test_a_failed_verification_without_rollback_alerts_for_that_call_only() -> None:
+    from polyloop import AlertError
+
+    world: dict = {}
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel(_pays(5, 6)), tools=[_guarded_pay(world, verify_ok=False, rollback=None)])
+    with pytest.raises(AlertError) as stopped:
+        asyncio.run(agent.run("g", run_id="r", store=store))
+    assert sorted(e.result_id for e in stopped.value.executions) == ["s1-c1-a1", "s1-c2-a1"]
+    report = asyncio.run(inspect_run(store, "r"))
+    assert sorted((w["id"], w["kind"]) for w in report.waiting) == [("s1-c1-a1", "alert"), ("s1-c2-a1", "alert")]
+    for rid in ("s1-c1-a1", "s1-c2-a1"):
+        asyncio.run(mark_resolved(store, "r", rid, executed=True, observation="it stands", reason="checked", by="op"))
+    assert asyncio.run(agent.run(run_id="r", store=store)).reason == "final_answer"
+    assert sorted(world["paid"]) == [5, 6]
+
+
+def test_reconcile_settles_each_unknown_call_by_asking_the_world() -> None:
+    from polyloop import executed, not_executed
+
+    world: dict = {"paid": []}
+
+    def ask(args, ctx):
+        return executed(f"found {args['amount']}") if args["amount"] in world["paid"] else not_executed()
+
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel(_pays(5, 6)), tools=[_guarded_pay(world, reconcile=ask)])
+    asyncio.run(agent.run("g", run_id="r", store=store))
+    lines = store._lines("r")
+    # Cut back to just after both passed preconditions: both calls unknown; one had paid.
+    last_pre = max(i for i, line in enumerate(lines) if b'"guard":"precondition"' in line)
+    del lines[last_pre + 1:]
+    world["paid"] = [5]
+    assert asyncio.run(agent.run(run_id="r", store=store)).reason == "final_answer"
+    assert world["paid"] == [5, 6]  # 5 reconciled as executed (not paid again), 6 run again
+    recs = records_of(store, "r")
+    reconciled = [r for r in recs if r["record"] == "resolution" and r["source"] == "reconcile"]
+    assert sorted((r["result_id"], r["outcome"]) for r in reconciled) == [
+        ("s1-c1-a1", "executed"), ("s1-c2-a1", "not_executed")]
