@@ -20,7 +20,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pg_helpers import with_search_path
 from polyloop.stores._pg_conn import describe_url
 
 AGENTS = Path(__file__).resolve().parent.parent / "cli" / "agents.py"
@@ -54,19 +53,6 @@ def polyloop(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: 
     proc = subprocess.run([*_polyloop(), *args], cwd=cwd, env=_env(**(env or {})), capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return Done(proc.returncode, proc.stdout, proc.stderr)
-
-
-@pytest.fixture
-def own_db(pg_url):
-    """A URL of the test server whose sessions see a schema of their own (only this test's runs)."""
-    schema = f"polyloop_ls_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield with_search_path(pg_url, schema)
-    finally:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def _make_runs(where: list[str], cwd: Path, effects: Path) -> subprocess.Popen[str]:
