@@ -254,3 +254,35 @@ def test_a_bad_or_unreachable_store_gives_the_error_every_command_gives(tmp_path
         capture_output=True, text=True, timeout=60, env=world.env(),
     )
     assert lease_on_dir.returncode == 2 and "--lease applies to a PostgreSQL store" in lease_on_dir.stderr
+
+
+def test_ctrl_c_releases_every_lease_and_the_rerun_resumes_at_once(own_db, tmp_path):
+    world = World(tmp_path, own_db)
+    goals = world.goals(["goal 1", "goal 2", "goal 3"])
+    proc = world.spawn("stamper", goals, "--json", BATCH_SLOW="3")
+    try:
+        deadline = time.monotonic() + 30
+        while not world.effects_path.exists() and not _held(own_db):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 130, err
+    assert json.loads(out)["summary"]["interrupted"] == 3
+    assert _held(own_db) == []  # every lease given back, none left to lapse
+    started = time.monotonic()
+    again = world.batch("stamper", goals, "--json", BATCH_SLOW="0")
+    assert again.code in (0, 3), again
+    assert time.monotonic() - started < 15, "the re-run waited for leases a clean stop should have released"
+
+
+def _held(url: str) -> list[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not conn.execute("SELECT to_regclass('polyloop_runs') IS NOT NULL").fetchone()[0]:
+            return []
+        rows = conn.execute(
+            "SELECT run_id FROM polyloop_runs WHERE holder IS NOT NULL AND lease_until > clock_timestamp()"
+        ).fetchall()
+    return [r[0] for r in rows]
