@@ -18,7 +18,7 @@ from rich.text import Text
 from polyloop import BatchInterrupted, BatchProgress, BatchReport, BatchRun, run_batch
 
 from . import options, render
-from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, Scope, failures
+from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, BadInput, Scope, failures
 
 SHOWN = 20  # runs listed per kind in the human summary; --json lists every one
 PLAIN_EVERY = 2.0  # seconds between progress lines when stderr is not a terminal
@@ -64,6 +64,16 @@ def command(
         ),
     ] = None,
     directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            "--lease", metavar="SECONDS", min=0.5,
+            help="With --store postgresql://...: how long a run's lease lasts unrenewed (default 15); "
+            "a re-run after a kill waits about this long for the killed batch's runs.",
+            show_default=False,
+        ),
+    ] = None,
     json: options.Json = False,
 ) -> None:
     """Run the agent at TARGET once per line of GOALS_FILE; run it again to resume.
@@ -79,25 +89,35 @@ def command(
     and the other lines still run. Runs are spread over worker processes; a
     worker that dies is replaced and its runs resumed.
 
+    With --store postgresql://... the runs live in the database: each worker
+    process opens its own connections, every run is held through a lease,
+    and the batch's manifest is a row of the table polyloop_batches (on a
+    directory it is DIR/.batch-NAME.json).
+
     Exit: 0 every run finished, 1 some run failed (an error, a bad or
-    changed line, a corrupt log, a run held elsewhere), 2 bad usage or bad
-    input (goals file, target, flags; nothing ran), 3 no failure, but some
-    run needs an operator, 130 interrupted (every run stays resumable).
+    changed line, a corrupt log, a run held elsewhere) or the database
+    cannot be reached, 2 bad usage or bad input (goals file, target, flags;
+    nothing ran), 3 no failure, but some run needs an operator, 130
+    interrupted (every run stays resumable).
 
     \b
     Example:
       polyloop batch examples/demo.py:agent goals.txt --concurrency 8
+      polyloop batch examples/demo.py:agent goals.txt --store postgresql://postgres@127.0.0.1/test
     """
-    where = options.directory(directory)
-    with failures(Scope(json=json, directory=where)):
+    with failures(Scope(json=json)) as scope:
+        scope.directory = where = options.where(directory, store_url)
+        if lease is not None and not options.is_url(where):
+            raise BadInput("--lease applies to a PostgreSQL store (--store postgresql://...)")
         options.utf8(target, "TARGET")
         options.utf8(goals_file, "GOALS_FILE")
-        again = _again_command(target, goals_file, name, directory)
+        again = _again_command(target, goals_file, name, where if (directory or store_url) else None, lease)
         try:
             with _progress(live=sys.stderr.isatty(), plain=not json) as show:
                 report = run_batch(
                     target, goals_file, name=name, directory=where,
                     concurrency=concurrency, processes=processes, progress=show,
+                    **({"lease": lease} if lease is not None else {}),
                 )
         except BatchInterrupted as exc:
             report = exc.report
@@ -134,10 +154,14 @@ def _json_doc(report: BatchReport, again: str) -> dict:
     return doc
 
 
-def _again_command(target: str, goals_file: str, name: str | None, directory: str | None) -> str:
+def _again_command(
+    target: str, goals_file: str, name: str | None, directory: str | None, lease: float | None = None
+) -> str:
     parts = ["polyloop", "batch", shlex.quote(target), shlex.quote(goals_file)]
     if name is not None:
         parts += ["--name", shlex.quote(name)]
+    if lease is not None:
+        parts += ["--lease", f"{lease:g}"]
     return " ".join(parts) + render.dir_flag(directory)
 
 

@@ -1,4 +1,4 @@
-"""`polyloop ls`: the runs of a directory, what each waits for, most recent first."""
+"""`polyloop ls`: the runs of a directory or database, what each waits for, most recent first."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class Status(str, enum.Enum):
 
 def command(
     directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
     status: Annotated[
         list[Status] | None,
         typer.Option(
@@ -51,17 +52,23 @@ def command(
     a run's log (an unsafe file name, a FIFO, a directory, an unreadable
     file) is listed as corrupt, with a reason that starts `not a run log:`.
 
-    Exit: 0 whenever DIR could be read, whatever the runs' statuses; 2 DIR
-    does not exist (or is not a directory) or a --status is unknown.
+    With --store postgresql://... it lists every run of the database that
+    has a log, judged the same way (one query lists them; their logs are
+    read in chunks over one connection).
+
+    Exit: 0 whenever DIR (or the database) could be read, whatever the
+    runs' statuses; 1 the database cannot be reached or failed; 2 DIR does
+    not exist (or is not a directory) or a --status is unknown.
 
     \b
     Example:
       polyloop ls --status needs_operator
       polyloop ls --json | jq -r '.[] | select(.waiting != []) | .run_id'
+      polyloop ls --store postgresql://postgres@127.0.0.1/test
     """
-    where = options.directory(directory)
     wanted = [s.value for s in status or []]
-    with failures(Scope(json=json, directory=where)):
+    with failures(Scope(json=json)) as scope:
+        scope.directory = where = options.where(directory, store_url)
         show = not json and sys.stderr.isatty()
         try:
             with render.ls_progress(show) as progress:
@@ -71,5 +78,5 @@ def command(
         if json:
             render.print_json([s.to_json() for s in runs])
         else:
-            render.ls_report(runs, where, wanted)
+            render.ls_report(runs, render.place(where), wanted)
     raise typer.Exit(0)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from rich.console import Console
@@ -165,6 +166,18 @@ def dir_flag(directory: str | None) -> str:
     if not directory.startswith(("postgresql://", "postgres://")) and Path(directory) == Path(default):
         return ""
     return f" --dir {shlex.quote(directory)}"
+
+
+def place(where: str) -> str:
+    """Where runs live, for a message: a directory as given, a database URL without its password."""
+    if not where.startswith(("postgresql://", "postgres://")):
+        return where
+    parts = urlsplit(where)
+    if parts.password is None:
+        return where
+    host = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=f"{user}{host}"))
 
 
 def resume_command(run_id: str, directory: str | None) -> str:

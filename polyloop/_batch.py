@@ -9,6 +9,7 @@ any crash. See docs/how-to/run-a-thousand-rollouts.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -37,12 +38,14 @@ from ._batch_plan import (
 from ._batch_report import BatchProgress, BatchReport, BatchRun, count
 from ._errors import TargetError
 from ._target import load_target
+from .stores import _postgres_class
 
 DEFAULT_CONCURRENCY = 16
 # A run whose worker process died this many times in one invocation is reported
 # `failed` instead of being handed out again (it may be what kills them).
 MAX_DEATHS = 3
 PROGRESS_EVERY = 0.1
+_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 class BatchInterrupted(KeyboardInterrupt):
@@ -66,6 +69,7 @@ def run_batch(
     processes: int | None = None,
     progress: Callable[[BatchProgress], None] | None = None,
     wait_active: float = 10.0,
+    lease: float = 15.0,
 ) -> BatchReport:
     """Run the agent at `target` once per line of `goals`; call it again to resume.
 
@@ -77,19 +81,29 @@ def run_batch(
     run: goals are never silently mixed. A bad line is reported `invalid`;
     the other lines still run.
 
+    With a `postgresql://` URL as `directory`, the runs live in that
+    database: each worker process opens its own `PostgresStore` (its own
+    small connection pool), every run is held through a lease, the manifest
+    is the batch's row of `polyloop_batches`, and one live invocation per
+    batch name is kept by a session advisory lock (docs/reference/stores.md).
+
     Args:
         target: the agent, `path/to/file.py:name` or `module.path:name`.
         goals: a goals file (JSONL of `{"goal", "run_id"?, "inputs"?}`, or
             one goal per line), or its lines (strings, or mappings).
         name: the batch name (default: the goals file's stem, made safe;
             `batch` for lines given directly).
-        directory: where the logs live (default: `$POLYLOOP_DIR`, else `./runs`).
+        directory: where the logs live (default: `$POLYLOOP_DIR`, else
+            `./runs`), or a `postgresql://` URL.
         concurrency: runs per worker process at a time.
         processes: worker processes (default: the number of cores).
         progress: called with a `BatchProgress` a few times a second.
         wait_active: seconds to keep trying a run another process holds
             (it may be a killed batch's worker letting go) before reporting
-            it `active`.
+            it `active`; on PostgreSQL at least `lease` + 2 seconds, the time
+            a killed worker's lease takes to lapse.
+        lease: on PostgreSQL, seconds a run's lease lasts unrenewed (as
+            `PostgresStore(lease=...)`); ignored for a directory.
 
     Returns:
         A `BatchReport`, one `BatchRun` per line, by line.
@@ -97,6 +111,8 @@ def run_batch(
     Raises:
         BatchError: the goals cannot be read, the name is unsafe, the
             manifest is unreadable, or the batch is already running.
+        StoreError: the database cannot be reached or failed (or psycopg is
+            not installed).
         TargetError: the target cannot be loaded.
         BatchInterrupted: Ctrl-C; its `report` says where each run stands.
 
@@ -108,28 +124,68 @@ def run_batch(
         raise ValueError("concurrency must be at least 1")
     if processes is not None and processes < 1:
         raise ValueError("processes must be at least 1")
+    if lease <= 0:
+        raise ValueError("lease must be positive")
     is_file = isinstance(goals, str | os.PathLike)
     name = check_name(name) if name is not None else (default_name(goals) if is_file else "batch")  # type: ignore[arg-type]
-    where = Path(directory if directory is not None else default_directory())
+    spec = os.fspath(directory) if directory is not None else default_directory()
+    on_database = isinstance(spec, str) and spec.startswith(_URL_SCHEMES)
     lines = read_goals(goals, name=name)
     load_target(target)  # a bad target fails before anything is written
     target = _canonical(target)
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BatchError(f"cannot create the run directory {where}: {exc.strerror}") from exc
-    with batch_lock(where, name):
-        manifest = manifest_path(where, name)
-        recorded = load_manifest(manifest)
+    keeper: _DirectoryBatch | Any
+    if on_database:
+        _postgres_class()  # a clear StoreError when the postgres extra is missing
+        from .stores._pg_batch import DatabaseBatch
+
+        keeper = DatabaseBatch(spec, name)
+        wait_active = max(wait_active, lease + 2.0)
+    else:
+        keeper = _DirectoryBatch(Path(spec), name)
+    with keeper:
+        recorded = keeper.load()
         lines, removed, runs = reconcile(lines, recorded)
-        if runs != recorded or not manifest.exists():
-            save_manifest(manifest, name=name, target=target, runs=runs)
+        if runs != recorded or not keeper.saved:
+            keeper.save(target=target, runs=runs)
         supervisor = _Supervisor(
-            name, target, where, lines, removed,
+            name, target, spec, lines, removed,
             processes=processes or _cores(), concurrency=concurrency, progress=progress,
-            wait_active=wait_active,
+            wait_active=wait_active, lease=lease,
         )
         return supervisor.report(supervisor.run())
+
+
+class _DirectoryBatch:
+    """The hold (`DIR/.batch-NAME.held`) and the manifest (`DIR/.batch-NAME.json`) of a batch in a directory."""
+
+    def __init__(self, where: Path, name: str) -> None:
+        self.where = where
+        self.name = name
+        self.manifest = manifest_path(where, name)
+        self.saved = False
+        self._hold: contextlib.AbstractContextManager[None] | None = None
+
+    def __enter__(self) -> _DirectoryBatch:
+        try:
+            self.where.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BatchError(f"cannot create the run directory {self.where}: {exc.strerror}") from exc
+        hold = batch_lock(self.where, self.name)
+        hold.__enter__()
+        self._hold = hold
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._hold is not None:
+            self._hold.__exit__(*exc)
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        recorded = load_manifest(self.manifest)
+        self.saved = self.manifest.exists()
+        return recorded
+
+    def save(self, *, target: str, runs: dict[str, dict[str, Any]]) -> None:
+        save_manifest(self.manifest, name=self.name, target=target, runs=runs)
 
 
 def _cores() -> int:
@@ -196,7 +252,7 @@ class _Supervisor:
         self,
         name: str,
         target: str,
-        directory: Path,
+        directory: str,
         lines: list[BatchLine],
         removed: list[BatchLine],
         *,
@@ -204,13 +260,14 @@ class _Supervisor:
         concurrency: int,
         progress: Callable[[BatchProgress], None] | None,
         wait_active: float,
+        lease: float,
     ) -> None:
         self.name = name
         self.target = target
         self.directory = directory
         self.settings = {
-            "sys_path": list(sys.path), "target": target, "directory": str(directory),
-            "wait_active": wait_active,
+            "sys_path": list(sys.path), "target": target, "directory": directory,
+            "wait_active": wait_active, "lease": lease, "concurrency": concurrency,
         }
         self.total = len(lines) + len(removed)
         self.results: dict[int, BatchRun] = {}

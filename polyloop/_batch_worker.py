@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         conn.send(("fatal", f"{type(exc).__name__}: {exc}" if not isinstance(exc, PolyLoopError) else str(exc)))
         os._exit(2)
     conn.send(("ready", os.getpid()))
-    worker = _Worker(conn, agent, JsonlStore(settings["directory"]), settings["target"], settings["wait_active"])
+    worker = _Worker(conn, agent, _open_store(settings), settings["target"], settings["wait_active"])
     # Not asyncio.run: its shutdown waits for the threads of sync tools, and a stop
     # must not wait for them; whatever they were doing is, for the log, a crash like any other.
     loop = asyncio.new_event_loop()
@@ -65,6 +65,21 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _open_store(settings: dict[str, Any]) -> Any:
+    """This process's own store: a directory, or a `PostgresStore` with a pool of its own.
+
+    Its connections are opened on first use on the worker's event loop, and
+    are enough for every run at a time plus a lease renewal.
+    """
+    where = settings["directory"]
+    if where.startswith(("postgresql://", "postgres://")):
+        from .stores import PostgresStore
+
+        size = max(2, min(int(settings.get("concurrency") or 1) + 1, 10))
+        return PostgresStore(where, lease=float(settings.get("lease") or 15.0), max_connections=size)
+    return JsonlStore(where)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -78,7 +93,7 @@ def _die_with_parent(parent: int) -> None:
 class _Counting:
     """The store, counting completed steps per run (progress is read off the log writes)."""
 
-    def __init__(self, store: JsonlStore) -> None:
+    def __init__(self, store: Any) -> None:
         self._store = store
         self.steps: dict[str, int] = {}
         self.unsent = 0
@@ -93,7 +108,7 @@ class _Counting:
 
 
 class _Worker:
-    def __init__(self, conn: Connection, agent: Agent, store: JsonlStore, target: str, wait_active: float) -> None:
+    def __init__(self, conn: Connection, agent: Agent, store: Any, target: str, wait_active: float) -> None:
         self.conn = conn
         self.agent = agent
         self.store = store

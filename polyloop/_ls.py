@@ -1,9 +1,11 @@
-"""Listing the runs of a directory with their status (what `polyloop ls` runs).
+"""Listing the runs of a directory or a database with their status (what `polyloop ls` runs).
 
 Each run is judged by `inspect_run` itself, so `ls` and `inspect` cannot
 disagree; what `ls` adds is finding the logs, reading them without ever
 blocking on something that is not a file, and spreading the work over the
-machine's cores the way `verify_logs` does.
+machine's cores the way `verify_logs` does. On a PostgreSQL store the runs
+come from one query and their logs in chunks of `_CHUNK` runs per query, on
+one pooled connection (docs/reference/stores.md).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from ._codec import ParsedLog, parse_log
 from ._errors import InvalidRunIdError, RunNotFoundError
 from ._ids import check_run_id
 from ._inspect import RunStatus, inspect_run
+from ._store import Store
 from .stores._verify import _ignore_sigint
-from .stores import JsonlStore
+from .stores import JsonlStore, open_store
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"
@@ -31,6 +34,8 @@ _SUFFIX = ".jsonl"
 # terminal, should a name lead to one.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
+_CHUNK = 128  # runs whose logs a PostgreSQL store reads in one query
+_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,9 @@ class RunSummary:
         updated: the `at` of the log's last record, as written (ISO 8601
             UTC), or None when there is none or it is not an ISO time.
         reason: `RunReport.reason`: why it finished or stopped.
-        file: the entry's name in the directory.
+        file: the entry's name in the directory; on a PostgreSQL store,
+            `postgresql://USER@HOST:PORT/DB/RUN_ID` (never a password), as
+            `verify --store` names a run.
 
     Not guaranteed: the summary is a snapshot; a live run may have moved on
     by the time it is read.
@@ -190,6 +197,10 @@ async def _summarize(store: JsonlStore, name: str) -> RunSummary | None:
         return None  # removed since the directory was listed
     except _NotALog as exc:
         return _not_a_log(name, str(exc))
+    return _summary(run_id, report, name)
+
+
+def _summary(run_id: str, report: Any, file: str) -> RunSummary:
     last = report.records[-1] if report.records else None
     return RunSummary(
         run_id=run_id,
@@ -198,8 +209,64 @@ async def _summarize(store: JsonlStore, name: str) -> RunSummary | None:
         steps=report.recovery.completed_steps if report.recovery is not None else 0,
         updated=last.at if last is not None and _moment(last.at) is not None else None,
         reason=report.reason,
-        file=name,
+        file=file,
     )
+
+
+class _Read:
+    """One run of a store as `inspect_run` sees it: the holder and the log read beforehand."""
+
+    def __init__(self, holder: str | None, parsed: ParsedLog) -> None:
+        self._holder = holder
+        self._parsed = parsed
+
+    def holder(self, run_id: str) -> str | None:
+        return self._holder
+
+    async def read_parsed(self, run_id: str) -> ParsedLog:
+        return self._parsed
+
+
+async def _store_summaries(
+    store: Store, progress: Callable[[int, int], None] | None
+) -> list[RunSummary]:
+    """Every run of a store with `list_runs`, judged by `inspect_run`, as a `RunSummary`.
+
+    A store that reads many logs at once (`live_holders` and
+    `read_parsed_many`, as `PostgresStore`) is asked for `_CHUNK` runs a
+    query; any other is asked run by run through `inspect_run`. As on a
+    directory, the holder is probed before the log is read.
+    """
+    run_ids: list[str] = await store.list_runs()  # type: ignore[attr-defined]
+    where = getattr(store, "where", None)
+    prefix = f"postgresql://{where}/" if isinstance(where, str) else ""
+    batched = hasattr(store, "read_parsed_many") and hasattr(store, "live_holders")
+    found: list[RunSummary] = []
+    total = len(run_ids)
+    for start in range(0, total, _CHUNK):
+        chunk = run_ids[start : start + _CHUNK]
+        if batched:
+            holders = await store.live_holders()  # type: ignore[attr-defined]
+            logs = await store.read_parsed_many(chunk)  # type: ignore[attr-defined]
+        for run_id in chunk:
+            try:
+                if batched:
+                    if run_id not in logs:
+                        continue  # removed since the runs were listed
+                    report = await inspect_run(_Read(holders.get(run_id), logs[run_id]), run_id)  # type: ignore[arg-type]
+                else:
+                    report = await inspect_run(store, run_id)
+            except RunNotFoundError:
+                continue
+            found.append(_summary(run_id, report, prefix + run_id))
+        if progress:
+            progress(min(start + _CHUNK, total), total)
+    return found
+
+
+async def _summaries_at(url: str, progress: Callable[[int, int], None] | None) -> list[RunSummary]:
+    async with open_store(url) as store:  # type: ignore[attr-defined]
+        return await _store_summaries(store, progress)
 
 
 def _summarize_many(directory: str, names: list[str]) -> list[RunSummary]:
@@ -246,7 +313,7 @@ def list_runs(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[RunSummary]:
-    """Summarize every run of `directory`, most recent activity first.
+    """Summarize every run of `directory` (or of a database), most recent activity first.
 
     Each `<run_id>.jsonl` directly in `directory` is judged by `inspect_run`
     (so the status is the one `polyloop inspect` gives) and summarized as a
@@ -256,10 +323,18 @@ def list_runs(
     listed as `corrupt` with a reason, never raised. Runs without a time
     come last; ties are broken by file name.
 
+    `directory` may instead be a `postgresql://` URL (as `open_store` takes
+    it): every run of the database with a log is judged the same way, its
+    `file` being `postgresql://USER@HOST:PORT/DB/RUN_ID`. The runs are
+    listed in one query and their logs read 128 runs a query on one pooled
+    connection; `workers` does not apply. A run submitted to the queue but
+    not yet started has no log and is not listed.
+
     Blocking: from async code, call it with `await asyncio.to_thread(...)`.
 
     Args:
-        directory: the run directory (as `JsonlStore(directory)`).
+        directory: the run directory (as `JsonlStore(directory)`), or a
+            `postgresql://` URL.
         statuses: keep only runs with one of these statuses (None: all).
         workers: processes to use (default: one per core; 1 means in-process;
             fewer than 64 logs are always done in-process).
@@ -274,14 +349,21 @@ def list_runs(
         RuntimeError: called from a running event loop (it would block it).
         FileNotFoundError, NotADirectoryError, PermissionError: the
             directory cannot be listed.
+        StoreError: the database cannot be reached, or failed (or psycopg
+            is not installed).
     """
     _refuse_inside_a_loop()
     wanted = None if statuses is None else frozenset(statuses)
     if wanted is not None and not wanted <= set(STATUSES):
         bad = ", ".join(sorted(wanted - set(STATUSES)))
         raise ValueError(f"unknown status {bad}: use {', '.join(STATUSES)}")
-    names = _find_run_logs(directory)
     where = os.fspath(directory)
+    if isinstance(where, str) and where.startswith(_URL_SCHEMES):
+        found = asyncio.run(_summaries_at(where, progress))
+        if wanted is not None:
+            found = [s for s in found if s.status in wanted]
+        return sorted(found, key=_sort_key)
+    names = _find_run_logs(directory)
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(names) < _IN_PROCESS_BELOW:
         found = asyncio.run(_summaries(where, names, progress, 0, len(names)))

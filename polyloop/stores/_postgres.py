@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 
 from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
 from .._ids import check_run_id
-from .._records import Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
+from .._records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
 from .._codec import ParsedLog, parse_log
 from ._pg_conn import Connections, first_line, session_options
 from ._pg_lease import Lease, LeaseLostError
@@ -200,6 +200,14 @@ class PostgresStore:
         """Append an operator's resolution; a parked queued run becomes claimable again."""
         await self._append(run_id, record, durable=True)
 
+    async def write_guard_check(self, run_id: str, record: GuardCheck) -> None:
+        """Append a guard's verdict (log format 1.1); committed synchronously before it returns."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_action_result(self, run_id: str, record: ActionResult) -> None:
+        """Append what a verified action or a rollback returned (asynchronous commit, as a result)."""
+        await self._append(run_id, record, durable=False)
+
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
         check_run_id(run_id)
         body = encode(record)[:-1].decode()
@@ -325,6 +333,33 @@ class PostgresStore:
                 "SELECT run_id FROM polyloop_runs WHERE next_seq > 0 ORDER BY created_at, run_id"
             )
             return [row[0] for row in await cur.fetchall()]
+
+    async def live_holders(self) -> dict[str, str]:
+        """Who holds a live lease, for every run held right now (one query; `holder` for many runs)."""
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT run_id, holder FROM polyloop_runs "
+                "WHERE holder IS NOT NULL AND lease_until > clock_timestamp()"
+            )
+            return {row[0]: row[1] for row in await cur.fetchall()}
+
+    async def read_parsed_many(self, run_ids: list[str]) -> dict[str, ParsedLog]:
+        """`read_parsed` of several runs in one query; a run without records is left out.
+
+        Raises:
+            InvalidRunIdError: a run id is not a safe name.
+            StoreError: the database cannot be reached or failed.
+        """
+        for run_id in run_ids:
+            check_run_id(run_id)
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT run_id, string_agg(body::text, E'\\n' ORDER BY seq) "
+                "FROM polyloop_records WHERE run_id = ANY(%s) GROUP BY run_id",
+                (list(run_ids),),
+            )
+            rows = await cur.fetchall()
+        return {row[0]: parse_log((row[1] + "\n").encode()) for row in rows}
 
     async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Check every run's log in the database, as `verify_logs` checks a directory.

@@ -51,6 +51,9 @@ NOT_RUN = {
         "part of the test suite itself",
     ".venv/bin/python tests/crash/report.py reliability.json docs/reliability.md":
         "rewrites docs/reliability.md from the figures of that run",
+    "polyloop batch rollout.py:agent evals.txt --store postgresql://postgres@127.0.0.1:5432/test":
+        "its fixed run ids would meet the last docs run's in the shared database "
+        "(tests/postgres/test_pg_batch.py runs batches on PostgreSQL)",
 }
 
 # Commands run in a shorter form: the README's first command installs, then runs the demo.

@@ -70,3 +70,16 @@ def pg_url() -> Iterator[str]:
 def pg_conn(pg_url):
     with psycopg.connect(pg_url, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture
+def own_db(pg_url):
+    """A URL of the test server whose sessions see a fresh schema of their own (only this test's runs)."""
+    schema = f"polyloop_own_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_search_path(pg_url, schema)
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
