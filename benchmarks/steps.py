@@ -73,7 +73,7 @@ def _jsonl_variants() -> dict[str, type]:
             await asyncio.to_thread(self._whole_append, self._file(run_id), encode(record), run_id, sync)
 
         def _whole_append(self, path: str, data: bytes, run_id: str, sync: bool) -> None:
-            fd, size = self._open(path, run_id)
+            fd, size, _inode = self._open(path, run_id)
             try:
                 self._write_or_undo(fd, size, data, path, run_id)
                 if sync:

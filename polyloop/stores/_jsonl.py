@@ -1,8 +1,12 @@
 """The embedded default store: one append-only JSONL file per run.
 
 Durability rules (docs/reference/log-format.md, "Durability"): every write
-opens the file, appends, fsyncs when the record kind requires it
-(`run_started`, intents, `run_finished`, `resolution`) and closes it. Appends
+appends one whole record and fsyncs when the record kind requires it
+(`run_started`, intents, `run_finished`, `resolution`, `guard_check`). While
+the store holds a run (its lock), the run's log stays open from its first
+append to the end of the hold, and each durable append first checks that the
+path still names that file (a log replaced or removed under the run stops
+it); outside a hold every append opens and closes the file. Appends
 that need no fsync (model call results, step records) are a single
 `write(2)` to the page cache, done inline: they survive a process crash at
 once and reach the disk with the run's next fsync. Every fsync happens on
@@ -106,6 +110,9 @@ class JsonlStore:
         self._inodes: dict[str, int] = {}
         # Torn tails found under a hold, cut by the first write of the hold.
         self._torn: dict[str, int] = {}
+        # The runs this store holds, and the logs it keeps open while it does.
+        self._held: set[str] = set()
+        self._logs: dict[str, _OpenLog] = {}
         self._parent_synced = False
         self._workers: DiskWorkers | None = None
         self._finalizer: weakref.finalize | None = None
@@ -202,45 +209,92 @@ class JsonlStore:
         await self._append_soon(run_id, encode(record))
 
     async def _append_durable(self, run_id: str, data: bytes) -> None:
-        # The append is one write(2) to the page cache, done here like the
-        # appends that need no fsync; only the fsync (the disk wait) and the
-        # close go to a disk thread. Fewer GIL round trips on that thread
-        # keep many concurrent runs from queueing behind each other.
         path = self._file(run_id)
-        if run_id in self._torn:  # the first write after a crash: all of it on a disk thread
+        if run_id in self._torn or run_id in self._logs:
+            # A held run's log is open: the check that it is still the run's
+            # log, the write and the fsync go to a disk thread as one job (a
+            # write can wait on the file system too, and the loop is shared).
             await self._hand_off(lambda: self._append(path, data, run_id, durable=True))
             return
-        fd, size = self._open(path, run_id)
+        # Not held (or not yet open): the append is one write(2) to the page
+        # cache, done here; only the fsync (the disk wait) and the close go
+        # to a disk thread.
+        fd, size, kept = self._acquire(path, run_id)
         handed_over = False
 
-        def sync_and_close() -> None:
+        def sync_and_release() -> None:
             nonlocal handed_over
             handed_over = True
             try:
                 self._sync(fd, size, path, run_id)
             finally:
-                self._disk.close(fd)
+                if not kept:
+                    self._disk.close(fd)
 
         try:
             self._write_or_undo(fd, size, data, path, run_id)
-            await self._hand_off(sync_and_close)
+            self._grew(run_id, kept, size + len(data))
+            await self._hand_off(sync_and_release)
         finally:
-            if not handed_over:  # the write failed, or no disk thread took the job
+            if not handed_over and not kept:  # the write failed, or no disk thread took the job
                 self._disk.close(fd)
 
     def _append(self, path: str, data: bytes, run_id: str, *, durable: bool = False) -> None:
         # One whole append in the calling thread: inline for the writes that
         # need no fsync; on a disk thread for the first write after a crash.
-        fd, size = self._open(path, run_id)
+        fd, size, kept = self._acquire(path, run_id)
         try:
+            if durable and kept:
+                self._check_same(path, run_id)  # before the record, so none lands in a stray file
             self._write_or_undo(fd, size, data, path, run_id)
+            self._grew(run_id, kept, size + len(data))
             if durable:
                 self._sync(fd, size, path, run_id)
         finally:
-            self._disk.close(fd)
+            if not kept:
+                self._disk.close(fd)
 
-    def _open(self, path: str, run_id: str) -> tuple[int, int]:
-        """Open the log for one append; return the descriptor and the size before it."""
+    def _acquire(self, path: str, run_id: str) -> tuple[int, int, bool]:
+        """The log's descriptor for one append, the size before it, and whether it stays open.
+
+        While this store holds the run, its log stays open from the first
+        append to the end of the hold (one `open` per hold, not per record);
+        otherwise every append opens and closes it.
+        """
+        log = self._logs.get(run_id)
+        if log is not None:
+            return log.fd, log.size, True
+        fd, size, ino = self._open(path, run_id)
+        if run_id in self._held:
+            self._logs[run_id] = _OpenLog(fd, ino, size)
+            return fd, size, True
+        return fd, size, False
+
+    def _grew(self, run_id: str, kept: bool, size: int) -> None:
+        if kept:
+            self._logs[run_id].size = size
+
+    def _check_same(self, path: str, run_id: str) -> None:
+        """Raise `StoreError` if the path no longer names the log this hold keeps open.
+
+        Checked before each durable append of a held run (so before the
+        effect it precedes can start): a log replaced or removed under a live
+        run stops the run, and the record goes nowhere.
+        """
+        log = self._logs.get(run_id)
+        try:
+            ino = os.stat(path).st_ino
+        except FileNotFoundError:
+            raise StoreError(f"log of run {run_id!r} is gone: {path} no longer exists", run_id=run_id) from None
+        except OSError as exc:
+            raise StoreError(f"cannot check {path}: {why(path, exc)}", run_id=run_id) from exc
+        if log is not None and ino != log.ino:
+            raise StoreError(
+                f"log of run {run_id!r} was replaced under the run: {path} is another file now", run_id=run_id
+            )
+
+    def _open(self, path: str, run_id: str) -> tuple[int, int, int]:
+        """Open the log for appending; return the descriptor, its size and its inode."""
         disk = self._disk
         try:
             fd = disk.open(path, _APPEND)
@@ -275,7 +329,7 @@ class JsonlStore:
         except BaseException:
             disk.close(fd)
             raise
-        return fd, size
+        return fd, size, info.st_ino
 
     def _write_or_undo(self, fd: int, size: int, data: bytes, path: str, run_id: str) -> None:
         try:
@@ -456,6 +510,7 @@ class JsonlStore:
         except BaseException:
             self._disk.close(fd)
             raise
+        self._held.add(run_id)
         try:
             name_holder(self._disk, fd)
             parsed, inode = await self._hand_off(lambda: self._read_held(run_id))
@@ -465,6 +520,11 @@ class JsonlStore:
                 self._torn[run_id] = parsed.torn_offset
             yield parsed
         finally:
+            self._held.discard(run_id)
+            log = self._logs.pop(run_id, None)
+            if log is not None:
+                with contextlib.suppress(OSError):
+                    self._disk.close(log.fd)
             self._torn.pop(run_id, None)
             self._inodes.pop(run_id, None)
             clear_and_close(self._disk, fd)
@@ -483,6 +543,17 @@ class JsonlStore:
         except OSError as exc:
             raise StoreError(f"cannot read {path}: {why(path, exc)}", run_id=run_id) from exc
         return parsed, inode
+
+
+class _OpenLog:
+    """A held run's log, open for appending until the hold ends."""
+
+    __slots__ = ("fd", "ino", "size")
+
+    def __init__(self, fd: int, ino: int, size: int) -> None:
+        self.fd = fd
+        self.ino = ino
+        self.size = size
 
 
 def _safe(run_id: str) -> bool:

@@ -231,7 +231,12 @@ def test_a_crashed_run_in_a_read_only_directory_is_readable_and_resumes_once_wri
 
 
 @needs_ro
-def test_a_directory_turning_read_only_mid_run_stops_it(golden, tmp_path, reliability):
+def test_a_directory_turning_read_only_mid_run_does_not_stop_a_held_log(golden, tmp_path, reliability):
+    # While a run is held its log stays open, and a file opened for writing
+    # stays writable when its directory or mount turns read-only: the run
+    # goes on, every record lands durably, and the log is whole. (A write
+    # that really fails - a full disk, an I/O error - stops the run: the
+    # tests above.) Nothing new can be created there meanwhile.
     w = ck.World(tmp_path / "w")
     w.dir.mkdir()
     n = 1 + next(i for i, e in enumerate(golden.effects) if golden.replay[e["tool"]] == "never")
@@ -242,13 +247,12 @@ def test_a_directory_turning_read_only_mid_run_stops_it(golden, tmp_path, reliab
         p = w.call(args, env={"POLYLOOP_AT_EFFECT": f"{n}:chmod-ro"})
         w.dir.chmod(0o755)
         w.log_path.chmod(0o644)
-    assert p.code == 1 and REFUSED[MODE] in p.err and str(w.log_path) in p.err, str(p)
+    assert p.code == 0, str(p)
     parsed = parse_log(w.log_path.read_bytes())
     assert not parsed.problems and parsed.torn_line is None
-    w.recover()
-    ck.audit(golden, w, ck.expect(golden, f"after:effect:{n}"))
+    ck.audit(golden, w, None)
+    w.verify()
     assert w.tracebacks() == 0
-    reliability.add("runs_recovered")
     reliability.add("storage.faults_injected")
     reliability.add("processes", len(w.procs))
 
@@ -290,10 +294,12 @@ def test_another_runs_log_swapped_in_is_never_written_nor_resumed(golden, tmp_pa
     v = w.cli("verify", str(w.dir), "--json")
     assert v.code == 1 and '"corrupt"' in v.out, str(v)
     assert w.log_path.read_bytes() == foreign.read_bytes()
-    # Putting the run's own log back makes it resumable, with nothing lost.
+    # Putting the run's own log back makes it resumable, with nothing lost:
+    # the held log was still open, so the step record after the effect
+    # landed in it; the next intent found the path taken and went nowhere.
     os.replace(w.log_path.with_name(w.log_path.name + ".orig"), w.log_path)
     w.recover()
-    ck.audit(golden, w, ck.expect(golden, "after:effect:1"))
+    ck.audit(golden, w, ck.expect(golden, "before:intent:model_call:2"))
     assert w.tracebacks() == 0
     reliability.add("runs_recovered")
     reliability.add("storage.faults_injected")

@@ -357,8 +357,10 @@ async def test_a_log_replaced_under_a_live_run_stops_it(store):
         replacement = store.directory / "other"
         replacement.write_bytes(original)
         os.replace(replacement, store.path("r"))
+        # The held log stays open: the next durable write (before any effect
+        # it would precede) finds the path names another file, and stops.
         with pytest.raises(StoreError, match="replaced under the run"):
-            await store.write_model_call_result("r", MR)
+            await store.write_intent("r", MI.__class__(kind="model_call", step=1, attempt=2, result_id="s1-m2"))
     assert store.path("r").read_bytes() == original
 
 
