@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._decision_walk import DecisionHandlers, RequestView, approvals_of, check_approval_config
 from ._errors import CorruptLogError, Problem
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
 from ._ids import result_id as derive_result_id
@@ -38,6 +39,8 @@ from ._recovery import (
 )
 from ._records import (
     ActionResult,
+    ApprovalRequest,
+    Decision,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -154,7 +157,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker(GuardHandlers):
+class Walker(GuardHandlers, DecisionHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -180,6 +183,8 @@ class Walker(GuardHandlers):
         self._count = 0
         self.minor = 0
         self.guards: dict[str, dict[str, Any]] = {}
+        self.approvals: dict[str, str] = {}
+        self.requests: dict[str, RequestView] = {}
         self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
             RunStarted: self._run_started,
             Intent: self._intent,
@@ -189,6 +194,8 @@ class Walker(GuardHandlers):
             Resolution: self._resolution,
             GuardCheck: self._guard_check,
             ActionResult: self._action_result,
+            ApprovalRequest: self._approval_request,
+            Decision: self._decision,
         }
 
     # -- feeding ------------------------------------------------------------------
@@ -238,6 +245,7 @@ class Walker(GuardHandlers):
         if bad is None:
             self.minor = int(rec.schema_version.split(".")[1])
             self.guards = guards_of(rec.config)
+            self.approvals = approvals_of(rec.config)
         self.max_steps = max_steps_of(rec)
         self.max_attempts = max_attempts_of(rec)
         return bad
@@ -313,7 +321,12 @@ class Walker(GuardHandlers):
         if st.output is None:
             return 8, f"action intent of step {rec.step} before its model call returned"
         call = _tool_call(st.output)
-        if call is None or call["name"] != rec.tool or call["args"] != rec.args:
+        gate = self._gate_intent(rec, st) if call is not None else True
+        if gate is not True:
+            if gate is not None:  # rules 31-32: a tool call that waited for a person
+                return gate
+            # rule 8 as amended by 31: the intent carries the approved arguments
+        elif call is None or call["name"] != rec.tool or call["args"] != rec.args:
             return 8, f"action {rec.tool} of step {rec.step} is not the tool call the model returned"
         if st.actions:
             prev = st.actions[-1]
@@ -365,6 +378,9 @@ class Walker(GuardHandlers):
         if rec.result_id is None:
             if st.actions:
                 return 10, f"step {rec.step} ran an action but its step_completed names none"
+            bad = self._gate_completion(rec.step)
+            if bad is not None:
+                return bad
         else:
             x = self._by_id.get(rec.result_id)
             if x is None:
@@ -468,7 +484,7 @@ class Walker(GuardHandlers):
         blocking = tuple(frozen[id(x)] for x in self.blocking())
         if self.finished is not None:
             status: Status = "finished"
-        elif blocking:
+        elif blocking or self.waiting_requests():
             status = "needs_operator"
         else:
             status = "resumable"
@@ -481,6 +497,8 @@ class Walker(GuardHandlers):
             status=status,
             blocking=blocking,
             resolutions=tuple(self._resolutions),
+            requests=tuple(RequestView(r.result_id, r.kind, r.step, r.tool, r.args, r.request, r.decision, r.index)
+                           for r in self.requests.values()),
         )
 
     def blocking(self) -> list[_Exec]:
@@ -538,10 +556,9 @@ def _check_config(rec: RunStarted) -> tuple[int, str] | None:
         )
     ):
         return 14, "config.tools is not a list of {name, replay} with replay safe or never"
-    if tools is not None:
-        why = check_guard_config(tools)
-        if why is not None:
-            return 14, why
+    why = (check_guard_config(tools) if tools is not None else None) or check_approval_config(config)
+    if why is not None:
+        return 14, why
     return None
 
 

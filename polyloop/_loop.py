@@ -24,6 +24,7 @@ from ._codec import ParsedLog
 from ._errors import (
     MAX_RETRY_AFTER,
     AlertError,
+    ApprovalRequiredError,
     CorruptLogError,
     ModelCallError,
     NeedsOperatorError,
@@ -38,6 +39,8 @@ from ._model import ModelOutput, Usage, _History
 from ._plan import (
     AbortAction,
     AlertStop,
+    AwaitDecision,
+    Decided,
     CallModel,
     Complete,
     ContinueAction,
@@ -56,6 +59,7 @@ from ._plan import (
 )
 from ._records import (
     ActionResult,
+    ApprovalRequest,
     FinishReason,
     GuardCheck,
     Intent,
@@ -207,6 +211,7 @@ class _Run:
             Resolution: store.write_resolution,
             GuardCheck: getattr(store, "write_guard_check", None),
             ActionResult: getattr(store, "write_action_result", None),
+            ApprovalRequest: getattr(store, "write_approval_request", None),
         }
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -214,6 +219,9 @@ class _Run:
                 c.get("name") == t.name for c in walker.started.config.get("tools") or []
             ):
                 raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
+        from ._decision_run import check_recorded
+
+        check_recorded(self)
 
     async def go(self) -> RunResult:
         history = rebuild_history(self.walker)
@@ -236,6 +244,10 @@ class _Run:
                 return await self._finish("error", None, error=error)
             elif isinstance(nxt, NeedsOperator):
                 raise NeedsOperatorError(self.run_id, nxt.executions)
+            elif isinstance(nxt, AwaitDecision):
+                raise ApprovalRequiredError(self.run_id, nxt.requests)
+            elif isinstance(nxt, Decided):
+                await self._complete(nxt.step, None, nxt.observation, nxt.is_error, nxt.tool, history)
             elif isinstance(nxt, AlertStop):
                 from ._guard_run import redeliver
 
@@ -259,8 +271,8 @@ class _Run:
         writer = self._writers[type(record)]
         if writer is None:
             raise StoreError(
-                f"the store cannot write {record.TAG} records (log format 1.1), which guarded tools "
-                f"need: it lacks write_{record.TAG}", run_id=self.run_id,
+                f"the store cannot write {record.TAG} records (log format 1.{_MINOR[record.TAG]}), which "
+                f"{_NEEDED_BY[record.TAG]} need: it lacks write_{record.TAG}", run_id=self.run_id,
             )
         try:
             await writer(self.run_id, record)
@@ -312,8 +324,15 @@ class _Run:
             # schema never reach it; the model reads why and may try again.
             await self._complete(nxt.step, None, f"error: {invalid}", True, nxt.tool, history)
             return
+        if nxt.why == "first":
+            from ._decision_run import gate
+
+            await gate(self, tool, nxt)  # a call that waits for a person stops here, recorded
         rid = f"s{nxt.step}-a{nxt.attempt}"
-        key = idempotency_key(self.run_id, nxt.step, nxt.tool, nxt.args)
+        request = self.walker.request_of(f"s{nxt.step}-a1")
+        # An approved call keeps the key of the call that was approved, edited or not.
+        key = request.idempotency_key if request is not None else idempotency_key(
+            self.run_id, nxt.step, nxt.tool, nxt.args)
         await self._write(
             Intent(
                 kind="action",
@@ -377,6 +396,11 @@ class _Run:
         steps = self.walker.completed_steps
         await self._write(RunFinished(reason=reason, result=text, steps=steps, error=error))
         return RunResult(self.run_id, reason, text, steps, error)
+
+
+_MINOR = {"guard_check": 1, "action_result": 1, "approval_request": 2}
+_NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools",
+              "approval_request": "tools that wait for approval or an answer"}
 
 
 def _storable(value: Any) -> Any:

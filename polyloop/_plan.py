@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ._classify import Recovery, Walker, _tool_call
+from ._ids import result_id as derive_result_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,9 @@ class RunAction:
     """Run the tool call the model chose, as `attempt` of the step's action.
 
     `why` is `first`, `replay` (an unknown `safe` attempt), `rerun` (an
-    operator said the last attempt did not execute) or `reconciled` (the
-    tool's reconcile said so).
+    operator said the last attempt did not execute), `reconciled` (the
+    tool's reconcile said so) or `approved` (a person approved the call;
+    `args` are the approved ones, edited or not).
     """
 
     step: int
@@ -173,6 +175,31 @@ class AlertStop:
     executions: tuple[Any, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class AwaitDecision:
+    """Tool calls wait for a person (log format 1.2): stop until each is approved, denied or answered.
+
+    `requests` are the waiting `RequestView`s, in log order.
+    """
+
+    requests: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A person denied the call, or answered the question: complete the step with that.
+
+    Nothing of the call runs; `observation` is what the model reads
+    (`denied by X: reason`, or the answer).
+    """
+
+    step: int
+    request_id: str
+    tool: str
+    observation: str
+    is_error: bool
+
+
 Next = Union[
     Finished,
     NeedsOperator,
@@ -190,6 +217,8 @@ Next = Union[
     Reconcile,
     Complete,
     AlertStop,
+    AwaitDecision,
+    Decided,
 ]
 
 
@@ -232,8 +261,12 @@ def plan(state: Recovery | Walker) -> Next:
     call = _tool_call(view.output)
     if call is None:
         return CompleteFinal(view.step, view.output.output.get("text") if view.output.output else None)
+    gated, call = _gated(state, view, call)
+    if gated is not None:
+        return gated
     if not view.actions:
-        return RunAction(view.step, 1, call["name"], call["args"])
+        approved = state.request_of(derive_result_id("action", view.step, 1)) is not None
+        return RunAction(view.step, 1, call["name"], call["args"], "approved" if approved else "first")
     last = view.actions[-1]
     guarded = _guarded(view.step, last, call)
     if guarded is not None:
@@ -245,6 +278,24 @@ def plan(state: Recovery | Walker) -> Next:
         return RunAction(view.step, last.attempt + 1, call["name"], call["args"], "reconciled")
     why = "rerun" if res is not None else "replay"
     return RunAction(view.step, last.attempt + 1, call["name"], call["args"], why)
+
+
+def _gated(state: Recovery | Walker, view: Any, call: dict[str, Any]) -> tuple[Next | None, dict[str, Any]]:
+    """For a tool call that waited for a person: the next move (None: run it) and the call to run.
+
+    The call to run carries the approved arguments (edited or not); a call
+    without an approval request is returned as the model made it.
+    """
+    first = view.actions[0].result_id if view.actions else derive_result_id("action", view.step, 1)
+    req = state.request_of(first)
+    if req is None:
+        return None, call
+    if req.decision is None:
+        return AwaitDecision(tuple(state.waiting_requests())), call
+    if req.decision.decision != "approved":
+        denied = req.decision.decision == "denied"
+        return Decided(view.step, req.result_id, req.tool, req.observation(), denied), call
+    return None, {"name": call["name"], "args": req.approved_args}
 
 
 def _guarded(step: int, last: Any, call: dict[str, Any]) -> Next | None:
@@ -319,6 +370,11 @@ def describe(nxt: Next, run_id: str) -> str:
             f"nothing undid it; check the world, then settle it with `{settle} --executed` "
             "(the effect stands) or `--not-executed` (it has no effect)"
         )
+    if isinstance(nxt, AwaitDecision):
+        return "stop: " + "; ".join(waits_for(r, run_id) for r in nxt.requests)
+    if isinstance(nxt, Decided):
+        how = "the denial" if nxt.is_error else "the recorded answer"
+        return f"complete step {nxt.step} with {how} ({nxt.tool}, {nxt.request_id}) and continue"
     if isinstance(nxt, ContinueAction):
         return f"check the precondition of {nxt.tool} (step {nxt.step}), then run it: it has not run yet"
     if isinstance(nxt, AbortAction):
@@ -363,6 +419,8 @@ def describe(nxt: Next, run_id: str) -> str:
         return f"reuse the operator's observation for {nxt.tool} (step {nxt.step}) and continue"
     if nxt.why == "first":
         return f"run {nxt.tool} (step {nxt.step})"
+    if nxt.why == "approved":
+        return f"run {nxt.tool} (step {nxt.step}) with the approved arguments"
     if nxt.why == "rerun":
         return f"run {nxt.tool} again (step {nxt.step}, attempt {nxt.attempt})"
     if nxt.why == "reconciled":
@@ -371,3 +429,19 @@ def describe(nxt: Next, run_id: str) -> str:
             "said it did not execute"
         )
     return f"replay the safe action {nxt.tool} (step {nxt.step}) as attempt {nxt.attempt}"
+
+
+def waits_for(r: Any, run_id: str) -> str:
+    """What one waiting request needs, with the exact commands (quoted for a shell)."""
+    rid, run = shlex.quote(r.result_id), shlex.quote(run_id)
+    if r.kind == "answer":
+        question = r.args.get("question", "")
+        return (
+            f"{r.tool} ({r.result_id}, step {r.step}) asks a person: {question!r}; answer it with "
+            f"`polyloop answer {run} {rid} TEXT`, then resume"
+        )
+    why = f" ({r.request.reason})" if r.request.reason else ""
+    return (
+        f"{r.tool} ({r.result_id}, step {r.step}) waits for approval{why}; decide with "
+        f"`polyloop approve {run} {rid} --reason TEXT` or `polyloop deny {run} {rid} --reason TEXT`, then resume"
+    )

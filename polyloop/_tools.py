@@ -16,7 +16,7 @@ import typing
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Union, overload
 
 import orjson
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 Replay = Literal["safe", "never"]
 RollbackKind = Literal["undo", "compensate", "alert"]
+Approval = Union[Literal["required"], Callable[[dict[str, Any]], Any], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +73,15 @@ class Tool:
         description: str | None = None,
         replay: Replay = "never",
         irreversible: bool = False,
+        approval: Approval = None,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
+        if approval is not None and approval != "required" and not callable(approval):
+            raise ValueError(f"approval must be 'required', a predicate on the arguments or None, not {approval!r}")
         self.irreversible = irreversible
+        self.approval = approval
+        self.question = False  # True only for `ask_human`: a person answers, the function never runs
         self.guards = _Guards()
         self.fn = fn
         self.name = name or fn.__name__
@@ -168,6 +174,40 @@ class Tool:
             "reconcile": g.reconcile is not None,
             "irreversible": self.irreversible,
         }
+
+    # -- people in the loop (docs/how-to/require-approval.md) ----------------------
+
+    def approval_mode(self, *, approve_irreversible: bool = True) -> str | None:
+        """What `run_started` records as the tool's `approval`: `required`, `predicate` or None.
+
+        An `irreversible=True` tool without its own `approval` is `required`
+        unless the agent opted out (`Agent(approve_irreversible=False)`).
+        """
+        if self.approval == "required":
+            return "required"
+        if self.approval is not None:
+            return "predicate"
+        if self.irreversible and approve_irreversible:
+            return "required"
+        return None
+
+    def needs_approval(self, args: dict[str, Any], *, approve_irreversible: bool = True) -> str | None:
+        """Why this call of the tool must wait for approval (None: it need not).
+
+        A predicate is called with the model's arguments (a dict); a true
+        value requires approval. A predicate that raises requires it too
+        (fail closed), with the exception in the reason.
+        """
+        mode = self.approval_mode(approve_irreversible=approve_irreversible)
+        if mode is None:
+            return None
+        if mode == "required":
+            return "the tool is irreversible" if self.approval is None else "the tool requires approval"
+        try:
+            wanted = self.approval(args)  # type: ignore[operator, misc]
+        except Exception as exc:
+            return f"its approval predicate raised {type(exc).__name__}: {exc}"
+        return "its approval predicate holds for these arguments" if wanted else None
 
     def spec(self) -> dict[str, Any]:
         """`{"name", "description", "parameters"}` with parameters as JSON Schema."""
@@ -510,6 +550,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     irreversible: bool = False,
+    approval: Approval = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -521,6 +562,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     irreversible: bool = False,
+    approval: Approval = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -548,13 +590,43 @@ def tool(
         name: the name the model uses; defaults to the function's name.
         description: overrides the docstring.
         irreversible: the action cannot be undone: it may not declare an
-            undo or compensate rollback, and a failed verification stops the
-            run for a person (see `Tool.verify`).
+            undo or compensate rollback, a failed verification stops the
+            run for a person (see `Tool.verify`), and every call waits for
+            approval unless the agent opts out
+            (`Agent(approve_irreversible=False)`).
+        approval: `"required"`: every call waits for a person's approval
+            (`polyloop approve` / `deny`) before anything of it runs; a
+            predicate `fn(args) -> bool` on the model's arguments (a dict):
+            only calls it holds for wait. See docs/how-to/require-approval.md.
     """
     if fn is not None:
-        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible)
+        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible,
+                    approval=approval)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible)
+        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible,
+                    approval=approval)
 
     return wrap
+
+
+def _ask_human(question: str) -> str:
+    """Ask a person a question and wait for the answer; use it when you need a human's input or decision.
+
+    Args:
+        question: the question, complete enough for a person who reads only it.
+    """
+    raise RuntimeError("ask_human is answered by a person (`polyloop answer`); it is never called itself")
+
+
+ask_human = Tool(_ask_human, name="ask_human")
+"""A ready-made tool the model calls to ask a person a question (log format 1.2).
+
+Add it to `Agent(tools=[..., ask_human])`. When the model calls it, the run
+records the question durably (an `approval_request` of kind `answer`) and
+stops (`ApprovalRequiredError`, exit code 3); `polyloop answer RUN ID TEXT`
+(or `polyloop.answer`) records the answer, and resume hands it to the model
+as the call's observation. The answer is recorded once: a later crash or
+resume reuses it and never asks again.
+"""
+ask_human.question = True

@@ -200,6 +200,14 @@ class PostgresStore:
         """Append an operator's resolution; a parked queued run becomes claimable again."""
         await self._append(run_id, record, durable=True)
 
+    async def write_approval_request(self, run_id: str, record: Any) -> None:
+        """Append a request for a person's decision (log format 1.2); committed synchronously."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_decision(self, run_id: str, record: Any) -> None:
+        """Append a person's decision (log format 1.2); committed synchronously."""
+        await self._append(run_id, record, durable=True)
+
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
         check_run_id(run_id)
         body = encode(record)[:-1].decode()
