@@ -619,7 +619,34 @@ def _ask_human(question: str) -> str:
     raise RuntimeError("ask_human is answered by a person (`polyloop answer`); it is never called itself")
 
 
-ask_human = Tool(_ask_human, name="ask_human")
+class _AskHuman(Tool):
+    """`ask_human`: built without pydantic, which its schema loads only when first needed."""
+
+    def __init__(self) -> None:  # `import polyloop` stays free of pydantic (Tool.__init__ would load it)
+        self.irreversible = False
+        self.approval = None
+        self.question = True
+        self.guards = _Guards()
+        self.fn = _ask_human
+        self.name = "ask_human"
+        self.description, _ = _split_docstring(inspect.getdoc(_ask_human) or "")
+        self.replay = "never"
+        self.is_async = False
+        self._checked = None
+        self._lazy: _Signature | None = None
+
+    @property
+    def _sig(self) -> _Signature:  # type: ignore[override]
+        if self._lazy is None:
+            self._lazy = _Signature(_ask_human, _split_docstring(inspect.getdoc(_ask_human) or "")[1])
+        return self._lazy
+
+    @property
+    def parameters(self) -> dict[str, Any]:  # type: ignore[override]
+        return self._sig.schema()
+
+
+ask_human: Tool = _AskHuman()
 """A ready-made tool the model calls to ask a person a question (log format 1.2).
 
 Add it to `Agent(tools=[..., ask_human])`. When the model calls it, the run
@@ -629,4 +656,3 @@ stops (`ApprovalRequiredError`, exit code 3); `polyloop answer RUN ID TEXT`
 as the call's observation. The answer is recorded once: a later crash or
 resume reuses it and never asks again.
 """
-ask_human.question = True
