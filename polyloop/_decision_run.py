@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ApprovalRequiredError, RunMismatchError
 from ._ids import idempotency_key
+from ._ids import result_id as derive_result_id
 from ._records import ApprovalRequest, args_digest
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ async def gate(run: _Run, tool: Tool, nxt: RunAction) -> None:
         if why is None:
             return
         kind, reason = "approval", why
-    rid = f"s{nxt.step}-a1"
+    rid = derive_result_id("action", nxt.step, 1)  # the id the approved call's first intent gets
     args: dict[str, Any] = nxt.args
     request = ApprovalRequest(
         result_id=rid,

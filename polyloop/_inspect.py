@@ -401,6 +401,11 @@ def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
     recovery = walker.recovery()
     assert recovery is not None
     e = recovery.execution(result_id)
+    if e is None and recovery.request_of(result_id) is not None:
+        raise ResolutionError(
+            run_id, result_id, "it is a tool call that waits for a person's decision, not an unknown action: "
+            "use `polyloop approve`, `deny` or (for a question) `answer`",
+        )
     if e is None:
         ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
         raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")

@@ -35,6 +35,7 @@ from ._errors import (
     TransientModelError,
 )
 from ._ids import idempotency_key
+from ._ids import result_id as derive_result_id
 from ._model import ModelOutput, Usage, _History
 from ._plan import (
     AbortAction,
@@ -329,7 +330,7 @@ class _Run:
 
             await gate(self, tool, nxt)  # a call that waits for a person stops here, recorded
         rid = f"s{nxt.step}-a{nxt.attempt}"
-        request = self.walker.request_of(f"s{nxt.step}-a1")
+        request = self.walker.request_of(derive_result_id("action", nxt.step, 1))
         # An approved call keeps the key of the call that was approved, edited or not.
         key = request.idempotency_key if request is not None else idempotency_key(
             self.run_id, nxt.step, nxt.tool, nxt.args)

@@ -256,3 +256,13 @@ def test_bad_approval_declarations_are_refused():
     with pytest.raises(TypeError):
         Agent(model=ScriptedModel([]), approve_irreversible="no")
     assert polyloop.ask_human.question is True
+
+
+def test_mark_resolved_on_a_waiting_request_points_to_approve_and_writes_nothing():
+    store = MemoryStore()
+    with pytest.raises(ApprovalRequiredError):
+        run(agent([{"tool": "wire", "args": {"amount": 7}}], [wire]).run("g", run_id="r", store=store))
+    n = len(records(store))
+    with pytest.raises(polyloop.ResolutionError, match="polyloop approve"):
+        run(polyloop.mark_resolved(store, "r", "s1-a1", executed=False))
+    assert len(records(store)) == n
