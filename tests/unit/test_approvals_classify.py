@@ -132,3 +132,24 @@ def test_a_predicate_tool_may_run_without_a_request_and_old_logs_read_unchanged(
     assert _problems(head(approval="predicate") + [AI()]) == []
     # A 1.1 log of a tool that is irreversible today: it recorded no approval, nothing waits.
     assert _problems(head(version="1.1", approval=None) + [AI()]) == []
+
+
+def test_the_records_round_trip_and_decoding_refuses_what_no_writer_writes():
+    import orjson
+
+    from polyloop import RecordError, decode_record, encode_record
+
+    for record in (REQ(), DEC(args=EDITED), DEC("answered", answer="blue")):
+        line = encode_record(record)
+        assert line.startswith(b'{"record":"')
+        assert decode_record(orjson.loads(line)) == record
+    bad = [
+        {**orjson.loads(encode_record(REQ())), "kind": "maybe"},
+        {**orjson.loads(encode_record(DEC())), "decision": "perhaps"},
+        {**orjson.loads(encode_record(DEC())), "answer": "an answer to an approval"},
+        {**orjson.loads(encode_record(DEC("denied"))), "args": {"amount": 1}},
+        {k: v for k, v in orjson.loads(encode_record(REQ())).items() if k != "args_sha256"},
+    ]
+    for obj in bad:
+        with pytest.raises(RecordError):
+            decode_record(obj)
