@@ -60,7 +60,9 @@ from ._records import (
 # A result is a `model_call_result`, `step_completed` or `action_result`, or a
 # failed precondition (the outcome is known: the tool did not run); a
 # resolution is an operator's or the tool's `reconcile`. The guard phase
-# (`_guard_walk.phase`) is "" for every execution of a 1.0 log.
+# (`_guard_walk.phase`) is "" for every execution of a 1.0 log. An approval request
+# (log format 1.2) is not an execution (it has no intent): its state, waiting
+# until a decision says approved / denied / answered, is `_decision_walk.REQUEST_STATE`.
 STATE_TABLE: dict[tuple[bool, bool, bool, str], State] = {
     (True, False, True, ""): "done",
     (True, False, False, ""): "done",  # a completed earlier attempt cannot exist (rule 9)

@@ -128,7 +128,8 @@ class Recovery:
         finished: its `run_finished` record, or None.
         executions: every execution in log order.
         steps: one `StepView` per step that has any record, in order.
-        status: `finished`, `needs_operator` or `resumable`.
+        status: `finished`, `needs_operator` (something in `blocking`, or an
+            approval request that waits for a decision) or `resumable`.
         blocking: what a person must settle: unknown, unresolved `never`
             actions and rollbacks, and alerted actions (state `alert`).
         resolutions: every `resolution` record in log order.
