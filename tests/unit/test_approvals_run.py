@@ -266,3 +266,23 @@ def test_mark_resolved_on_a_waiting_request_points_to_approve_and_writes_nothing
     with pytest.raises(polyloop.ResolutionError, match="polyloop approve"):
         run(polyloop.mark_resolved(store, "r", "s1-a1", executed=False))
     assert len(records(store)) == n
+
+
+def test_a_rollback_rehearsal_of_an_irreversible_tool_is_not_stopped_for_approval():
+    from polyloop.testing import rehearse_rollback
+
+    @tool(irreversible=True)
+    def send(to: str) -> str:
+        return "sent"
+
+    @send.verify
+    def _(args, result, ctx):
+        return "the mail bounced"
+
+    @send.rollback(kind="alert")
+    def _(args, result, ctx):
+        raise AssertionError("never called")
+
+    found = run(rehearse_rollback(send, {"to": "x"}, break_effect=lambda: None))
+    assert not isinstance(found.stopped, ApprovalRequiredError)
+    assert found.alerts
