@@ -5,10 +5,12 @@
          the log is corrupt (so resume refuses); verify found corruption
     2    bad usage or bad input: unknown or unsafe run id, a run id that exists for `run`,
          a target that cannot be loaded, mark-resolved on an execution that is not an
-         open unknown, a run held by another live process, bad flags, a batch that
+         open unknown, approve/deny/answer on a request the run does not wait for (or a
+         hash that differs), a run held by another live process, bad flags, a batch that
          cannot start (no goals file, an unsafe name, already running)
-    3    the run stopped and needs an operator (an unknown `never` execution or rollback, or
-         an alert: a failed verification that no rollback undid)
+    3    the run stopped and needs an operator (an unknown `never` execution or rollback,
+         an alert: a failed verification that no rollback undid, or a tool call that waits
+         for a person's approval or answer)
     4    the checkpoint is no longer valid: an input, the logic version, the agent's
          configuration or an intermediate product changed since the run started
     130  interrupted (Ctrl-C); the run stays resumable
@@ -32,6 +34,7 @@ from polyloop import (
     BatchError,
     CheckpointError,
     CorruptLogError,
+    DecisionError,
     InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
@@ -81,6 +84,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (RunActiveError, USAGE),
     (RunMismatchError, USAGE),
     (ResolutionError, USAGE),
+    (DecisionError, USAGE),
     (TargetError, USAGE),
     (BatchError, USAGE),  # a batch that cannot start: nothing ran
     (BadInput, USAGE),

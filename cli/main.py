@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from . import batch, errors, inspect_cmd, mark_resolved, resume, run, verify
+from . import batch, decide, errors, inspect_cmd, mark_resolved, resume, run, verify
 from . import ls, submit, worker
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
@@ -127,6 +127,13 @@ app.command("ls", short_help="List the runs of a directory: status, what waits, 
 app.command("mark-resolved", short_help="Settle an unknown `never` action as executed or not.")(
     mark_resolved.command
 )
+app.command("approve", short_help="Approve a tool call that waits for a person; resume runs it.")(
+    decide.approve_command
+)
+app.command("deny", short_help="Deny a tool call that waits for a person; the model reads why.")(
+    decide.deny_command
+)
+app.command("answer", short_help="Answer a question the model asked a person (ask_human).")(decide.answer_command)
 app.command("resume", short_help="Continue a run after a crash.")(resume.command)
 app.command("verify", short_help="Check every log in a directory for corruption (CI).")(
     verify.command

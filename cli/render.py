@@ -33,6 +33,7 @@ from rich.text import Text
 
 from polyloop import (
     AlertError,
+    ApprovalRequiredError,
     Execution,
     NeedsOperatorError,
     Recovery,
@@ -215,6 +216,61 @@ def _settle_block(console: Console, run_id: str, blocking: Sequence[Execution], 
     _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
 
 
+def decide_commands(run_id: str, r: Any, directory: str | None) -> list[tuple[str, str]]:
+    """The exact commands that decide a waiting request, each with what it means."""
+    rid, where = f"{shlex.quote(run_id)} {shlex.quote(r.result_id)}", dir_flag(directory)
+    if r.kind == "answer":
+        return [(f"polyloop answer {rid} TEXT{where}", "the model reads TEXT as the answer")]
+    return [
+        (f"polyloop approve {rid} --reason TEXT{where}", "run it (add --args JSON to run edited arguments)"),
+        (f"polyloop deny {rid} --reason TEXT{where}", "never run it: the model reads the denial"),
+    ]
+
+
+def _decide_block(console: Console, run_id: str, requests: Sequence[Any], directory: str | None) -> None:
+    for r in requests:
+        if r.kind == "answer":
+            what = f"asks: {clip(r.args.get('question', ''), 300)}"
+        else:
+            why = f" ({clip(r.request.reason, 120)})" if r.request.reason else ""
+            what = f"({clip(_compact(r.args), 200)}) waits for approval{why}"
+        _line(console, "  ", (clip(r.tool, 60), "bold"), f" {what}")
+        _line(console, "    ", (f"step {r.step}, id {clip(r.result_id, 40)}, args sha256 {r.request.args_sha256}", "dim"))
+        commands = decide_commands(run_id, r, directory)
+        width = max(len(c) for c, _ in commands)
+        for command, meaning in commands:
+            _line(console, "    ", (command.ljust(width), "cyan"), (f"  # {meaning}", "dim"))
+    _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
+
+
+def waits_stop(run_id: str, requests: Sequence[Any], directory: str | None) -> None:
+    """The run stopped because tool calls wait for a person: say so, and how to decide each."""
+    console = err()
+    _line(
+        console,
+        ("polyloop: stopped: ", "bold yellow"),
+        f"run {run_id} waits for a person. Nothing of the call below has run; it is recorded, "
+        "and resume goes on once it is decided:",
+    )
+    _decide_block(console, run_id, requests, directory)
+
+
+def decided(run_id: str, request_id: str, recovery: Recovery, directory: str | None) -> None:
+    """approve, deny or answer recorded a decision: say which, and what comes next."""
+    console = out()
+    r = recovery.request_of(request_id)
+    d = r.decision if r is not None else None
+    assert d is not None
+    edited = " with edited arguments" if d.args is not None else ""
+    _line(console, (f"{d.decision} ", "bold green"), f"{request_id} of run {run_id}{edited} (by {clip(d.by, 60)})")
+    _line(console, ("next     ", "bold"), recovery.next_action())
+    waiting = recovery.waiting_requests()
+    if waiting:
+        _decide_block(console, run_id, waiting, directory)
+        return
+    _line(console, ("run      ", "bold"), (resume_command(run_id, directory), "cyan"))
+
+
 # -- failures ----------------------------------------------------------------
 
 
@@ -248,6 +304,9 @@ def failure(
         message = str(exc)
     if scope.json:
         print_json(_error_doc(type(exc).__name__, code, message))
+    if isinstance(exc, ApprovalRequiredError):
+        waits_stop(exc.run_id, exc.requests, scope.directory)
+        return
     if isinstance(exc, AlertError):
         alert_stop(exc.run_id, exc.executions, scope.directory)
         return
@@ -569,6 +628,23 @@ def inspect_report(
             if r.observation is not None:
                 parts.append(f"; observation: {clip(r.observation, 200)}")
             _line(console, *parts)
+    if rec is not None and rec.requests:
+        console.print()
+        _line(console, ("people", "bold"))
+        for r in rec.requests:
+            d = r.decision
+            parts: list[str | tuple[str, str]] = ["  ", (clip(r.result_id, 40), "bold"), f" {clip(r.tool, 60)} "]
+            if d is None:
+                parts.append(("waits for " + ("an answer" if r.kind == "answer" else "approval"), "yellow"))
+            else:
+                parts += [(d.decision, "yellow"), f" by {clip(d.by, 60)} at {clip(d.at, 40)}"]
+                if d.reason:
+                    parts.append(f"; reason: {clip(d.reason, 200)}")
+                if d.args is not None:
+                    parts.append(f"; edited args: {clip(_compact(d.args), 200)}")
+                if d.answer is not None:
+                    parts.append(f"; answer: {clip(d.answer, 200)}")
+            _line(console, *parts)
     if report.problems:
         console.print()
         _line(console, ("problems", "bold red"))
@@ -580,6 +656,9 @@ def inspect_report(
     if rec is not None and rec.blocking and report.status != "finished":
         _line(console, ("settle    ", "bold"), "decide whether it happened, then run one of:")
         _settle_block(console, report.run_id, rec.blocking, directory)
+    if rec is not None and report.status != "finished" and rec.waiting_requests():
+        _line(console, ("decide    ", "bold"), "nothing of it has run; run one of:")
+        _decide_block(console, report.run_id, rec.waiting_requests(), directory)
 
 
 # -- mark-resolved -----------------------------------------------------------

@@ -237,6 +237,14 @@ class SqliteStore:
         """Append an operator's resolution. Durable before it returns."""
         await self._write(run_id, record, durable=True)
 
+    async def write_approval_request(self, run_id: str, record: Record) -> None:
+        """Append that a tool call waits for a person (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
+    async def write_decision(self, run_id: str, record: Record) -> None:
+        """Append a person's approval, denial or answer (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
     async def read_log(self, run_id: str) -> list[Record]:
         """Every record of the run, in write order.
 

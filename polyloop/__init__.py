@@ -13,11 +13,15 @@ from ._agent import Agent, RunResult, default_directory
 from ._batch import BatchInterrupted, run_batch
 from ._batch_plan import BatchError
 from ._batch_report import BatchProgress, BatchReport, BatchRun
+from ._decide import answer, approve, deny
+from ._decision_walk import RequestView
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     AlertError,
+    ApprovalRequiredError,
     CheckpointError,
     CorruptLogError,
+    DecisionError,
     InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
@@ -41,6 +45,8 @@ from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
     ActionResult,
+    ApprovalRequest,
+    Decision,
     GuardCheck,
     RecordError,
     Intent,
@@ -55,7 +61,7 @@ from ._records import decode as decode_record
 from ._records import encode as encode_record
 from ._store import LockingStore, Store
 from ._target import load_target, resume_run, run_target
-from ._tools import Reconciled, Tool, ToolContext, executed, not_executed, tool, unknown
+from ._tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
 from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 
@@ -65,6 +71,8 @@ __all__ = [
     "ActionResult",
     "Agent",
     "AlertError",
+    "ApprovalRequest",
+    "ApprovalRequiredError",
     "BatchError",
     "BatchInterrupted",
     "BatchProgress",
@@ -72,6 +80,8 @@ __all__ = [
     "BatchRun",
     "CheckpointError",
     "CorruptLogError",
+    "Decision",
+    "DecisionError",
     "Execution",
     "FileVerdict",
     "GuardCheck",
@@ -92,6 +102,7 @@ __all__ = [
     "Record",
     "RecordError",
     "Recovery",
+    "RequestView",
     "Resolution",
     "ResolutionError",
     "RunActiveError",
@@ -117,11 +128,15 @@ __all__ = [
     "TransientModelError",
     "Usage",
     "VerifyReport",
+    "answer",
+    "approve",
+    "ask_human",
     "check",
     "check_run_id",
     "classify",
     "decode_record",
     "default_directory",
+    "deny",
     "encode_record",
     "executed",
     "inspect_run",

@@ -73,6 +73,10 @@ class Agent:
             alert-kind stop the call may be lost, never the record
             (`polyloop inspect` lists it, resume stops again). An
             exception it raises stops the run, which stays resumable.
+        approve_irreversible: every call of an `irreversible=True` tool that
+            declares no `approval` of its own waits for a person's approval
+            (default). Pass False to opt out explicitly; the opt-out is
+            recorded in `run_started` (`config.approve_irreversible: false`).
     """
 
     def __init__(
@@ -85,7 +89,10 @@ class Agent:
         max_attempts: int = 6,
         retry_backoff: float = 1.0,
         on_alert: Callable[[dict[str, Any]], Any] | None = None,
+        approve_irreversible: bool = True,
     ) -> None:
+        if type(approve_irreversible) is not bool:
+            raise TypeError("approve_irreversible must be True or False")
         _check_count("max_steps", max_steps)
         _check_count("max_attempts", max_attempts)
         self.model = model
@@ -102,18 +109,22 @@ class Agent:
         self.max_attempts = max_attempts
         self.retry_backoff = retry_backoff
         self.on_alert = on_alert
+        self.approve_irreversible = approve_irreversible
 
     def config(self, max_steps: int | None = None) -> dict[str, Any]:
         """The configuration recorded in `run_started`."""
         describe = getattr(self.model, "describe", None)
         model = describe() if callable(describe) else {"type": type(self.model).__name__}
-        return {
+        config = {
             "max_steps": max_steps or self.max_steps,
             "system": self.system,
             "model": model,
-            "tools": [_tool_config(t) for t in self.tools],
+            "tools": [_tool_config(t, self.approve_irreversible) for t in self.tools],
             "max_attempts": self.max_attempts,
         }
+        if not self.approve_irreversible:  # the explicit opt-out is part of the record
+            config["approve_irreversible"] = False
+        return config
 
     async def run(
         self,
@@ -203,11 +214,16 @@ class Agent:
 MAX_COUNT = 1_000_000_000
 
 
-def _tool_config(t: Tool) -> dict[str, Any]:
+def _tool_config(t: Tool, approve_irreversible: bool = True) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": t.name, "replay": t.replay}
     guards = t.guard_config()
     if guards is not None:  # only then: the config of an unguarded agent is the 1.0 one
         entry["guards"] = guards
+    approval = t.approval_mode(approve_irreversible=approve_irreversible)
+    if approval is not None:  # log format 1.2, and again only when there is something to say
+        entry["approval"] = approval
+    if t.question:
+        entry["question"] = True
     return entry
 
 

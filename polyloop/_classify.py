@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._decision_walk import DecisionHandlers, RequestView, approvals_of, check_approval_config
 from ._errors import CorruptLogError, Problem
 from ._calls_walk import CallHandlers, tool_calls_of
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
@@ -39,6 +40,8 @@ from ._recovery import (
 )
 from ._records import (
     ActionResult,
+    ApprovalRequest,
+    Decision,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -58,7 +61,9 @@ from ._records import (
 # A result is a `model_call_result`, `step_completed` or `action_result`, or a
 # failed precondition (the outcome is known: the tool did not run); a
 # resolution is an operator's or the tool's `reconcile`. The guard phase
-# (`_guard_walk.phase`) is "" for every execution of a 1.0 log.
+# (`_guard_walk.phase`) is "" for every execution of a 1.0 log. An approval request
+# (log format 1.2) is not an execution (it has no intent): its state, waiting
+# until a decision says approved / denied / answered, is `_decision_walk.REQUEST_STATE`.
 STATE_TABLE: dict[tuple[bool, bool, bool, str], State] = {
     (True, False, True, ""): "done",
     (True, False, False, ""): "done",  # a completed earlier attempt cannot exist (rule 9)
@@ -170,7 +175,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker(GuardHandlers, CallHandlers):
+class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -196,6 +201,8 @@ class Walker(GuardHandlers, CallHandlers):
         self._count = 0
         self.minor = 0
         self.guards: dict[str, dict[str, Any]] = {}
+        self.approvals: dict[str, str] = {}
+        self.requests: dict[str, RequestView] = {}
         self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
             RunStarted: self._run_started,
             Intent: self._intent,
@@ -205,6 +212,8 @@ class Walker(GuardHandlers, CallHandlers):
             Resolution: self._resolution,
             GuardCheck: self._guard_check,
             ActionResult: self._action_result,
+            ApprovalRequest: self._approval_request,
+            Decision: self._decision,
         }
 
     # -- feeding ------------------------------------------------------------------
@@ -254,6 +263,7 @@ class Walker(GuardHandlers, CallHandlers):
         if bad is None:
             self.minor = int(rec.schema_version.split(".")[1])
             self.guards = guards_of(rec.config)
+            self.approvals = approvals_of(rec.config)
         self.max_steps = max_steps_of(rec)
         self.max_attempts = max_attempts_of(rec)
         return bad
@@ -336,7 +346,12 @@ class Walker(GuardHandlers, CallHandlers):
         if st.output is None:
             return 8, f"action intent of step {rec.step} before its model call returned"
         call = tool_calls_of(st.output)[rec.call - 1] if rec.call is not None else _tool_call(st.output)
-        if call is None or call["name"] != rec.tool or call["args"] != rec.args:
+        gate = self._gate_intent(rec, st) if call is not None else True
+        if gate is not True:
+            if gate is not None:  # rules 31-32: a tool call that waited for a person
+                return gate
+            # rule 8 as amended by 31: the intent carries the approved arguments
+        elif call is None or call["name"] != rec.tool or call["args"] != rec.args:
             return 8, f"action {rec.tool} of step {rec.step} is not the tool call the model returned"
         if attempts:
             prev = attempts[-1]
@@ -395,12 +410,15 @@ class Walker(GuardHandlers, CallHandlers):
         if st.output is None:
             return 10, f"step {rec.step} completed before its model call returned"
         if st.calls is not None or rec.calls is not None:
-            bad = self._calls_completed(rec, st)
+            bad = self._calls_completed(rec, st) or self._gate_completion(rec.step)
             if bad is not None:
                 return bad
         elif rec.result_id is None:
             if st.actions:
                 return 10, f"step {rec.step} ran an action but its step_completed names none"
+            bad = self._gate_completion(rec.step)
+            if bad is not None:
+                return bad
         else:
             x = self._by_id.get(rec.result_id)
             if x is None:
@@ -506,7 +524,7 @@ class Walker(GuardHandlers, CallHandlers):
         blocking = tuple(frozen[id(x)] for x in self.blocking())
         if self.finished is not None:
             status: Status = "finished"
-        elif blocking:
+        elif blocking or self.waiting_requests():
             status = "needs_operator"
         else:
             status = "resumable"
@@ -519,6 +537,8 @@ class Walker(GuardHandlers, CallHandlers):
             status=status,
             blocking=blocking,
             resolutions=tuple(self._resolutions),
+            requests=tuple(RequestView(r.result_id, r.kind, r.step, r.tool, r.args, r.request, r.decision, r.index)
+                           for r in self.requests.values()),
         )
 
     def blocking(self) -> list[_Exec]:
@@ -583,10 +603,9 @@ def _check_config(rec: RunStarted) -> tuple[int, str] | None:
         )
     ):
         return 14, "config.tools is not a list of {name, replay} with replay safe or never"
-    if tools is not None:
-        why = check_guard_config(tools)
-        if why is not None:
-            return 14, why
+    why = (check_guard_config(tools) if tools is not None else None) or check_approval_config(config)
+    if why is not None:
+        return 14, why
     return None
 
 

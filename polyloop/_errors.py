@@ -12,8 +12,10 @@
     ├── CorruptLogError        the log cannot come from a correct writer
     │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
-    │   └── AlertError         a failed verification no rollback undid must be settled first
+    │   ├── AlertError         a failed verification no rollback undid must be settled first
+    │   └── ApprovalRequiredError  a tool call waits for a person's approval or answer
     ├── ResolutionError        mark-resolved named something that waits for nobody
+    ├── DecisionError          approve/deny/answer refused: no such open request, or a mismatch
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
     ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
     │   └── MalformedResponseError  (polyloop.openai) an answer that cannot be read
@@ -246,6 +248,56 @@ class AlertError(NeedsOperatorError):
             f"result id {e.result_id} failed ({why}) and nothing undid it; check the world, then "
             f"settle it with `{settle} --executed` or `--not-executed`, then resume",
         )
+
+
+class ApprovalRequiredError(NeedsOperatorError):
+    """The run stopped because tool calls wait for a person (log format 1.2).
+
+    Each waiting call is recorded durably (an `approval_request`) before
+    anything of it runs. `requests` lists them (`RequestView`s: `result_id`,
+    `kind`, `tool`, `args`); `executions` is the same tuple. A request of
+    kind `approval` is decided with `polyloop approve RUN ID --reason TEXT`
+    or `polyloop deny RUN ID --reason TEXT`, one of kind `answer` (a question
+    asked with `ask_human`) with `polyloop answer RUN ID TEXT`; then resume.
+    Differs from its base: nothing is unknown, nothing ran; the run waits
+    by design, not after a crash.
+    """
+
+    def __init__(self, run_id: str, requests: Sequence[Any]) -> None:
+        NeedsOperatorError.__init__(self, run_id, requests)
+        self.requests = self.executions
+        parts = []
+        for r in self.requests:
+            rid = shlex.quote(r.result_id)
+            if r.kind == "answer":
+                parts.append(
+                    f"{r.tool} ({r.result_id}) asks {_short_args(r.args.get('question', ''))}; answer with "
+                    f"`polyloop answer {shlex.quote(run_id)} {rid} TEXT`"
+                )
+            else:
+                parts.append(
+                    f"{r.tool}({_short_args(r.args)}) result id {r.result_id} needs approval; decide with "
+                    f"`polyloop approve {shlex.quote(run_id)} {rid} --reason TEXT` or `polyloop deny ...`"
+                )
+        self.args = (f"run {run_id!r} waits for a person: " + "; ".join(parts) + ", then resume",)
+
+
+class DecisionError(PolyLoopError):
+    """approve, deny or answer was refused; nothing was written.
+
+    The id names no request of the run, the request is already decided,
+    the run does not wait for it (finished, or not yet there), the decision
+    does not fit the request's kind (approve a question, answer an
+    approval), the expected SHA-256 is not the request's, or edited
+    arguments are not a JSON object. Differs from `ResolutionError`, its
+    sibling for `mark-resolved`.
+    """
+
+    def __init__(self, run_id: str, request_id: str, why: str) -> None:
+        self.run_id = run_id
+        self.request_id = request_id
+        self.why = why
+        super().__init__(f"cannot decide {request_id!r} of run {run_id!r}: {why}")
 
 
 class CheckpointError(PolyLoopError):

@@ -11,7 +11,7 @@ from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
 from ._ids import check_run_id
 from ._loop import held, maybe_await, verdict, walk_off_loop
-from ._plan import AlertStop, CallModel, Finished, NeedsOperator, Next, describe, plan
+from ._plan import AlertStop, AwaitDecision, CallModel, Finished, NeedsOperator, Next, describe, plan, waits_for
 from ._records import Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
 
@@ -52,13 +52,14 @@ class RunReport:
 
         Each entry is `{"id", "kind", "tool", "args", "reason"}`; `id` is what
         the settling command takes (`polyloop mark-resolved RUN ID ...` for
-        kinds `unknown` and `alert`). A run held by a live process waits for
-        nobody yet.
+        kinds `unknown` and `alert`, `polyloop approve` / `deny` for kind
+        `approval`, `polyloop answer` for kind `answer`). A run held by a
+        live process waits for nobody yet.
         """
         rec = self.recovery
         if rec is None or rec.finished is not None:
             return []
-        return [_waiting(e) for e in rec.blocking]
+        return [_waiting(e) for e in rec.blocking] + [_waiting_request(r, self.run_id) for r in rec.waiting_requests()]
 
     def __repr__(self) -> str:
         # Short on purpose, like Recovery's: the records of a long run are many.
@@ -109,6 +110,8 @@ class RunReport:
             ],
             tokens=token_totals(rec),
         )
+        if rec.requests:  # log format 1.2: only runs whose tool calls waited for a person
+            doc["requests"] = [request_json(r) for r in rec.requests]
         return doc
 
 
@@ -131,6 +134,36 @@ def _waiting(e: Execution) -> dict[str, Any]:
     if e.reconcile_check is not None:
         reason += f"; its reconcile could not tell: {e.reconcile_check.reason}"
     return {"id": e.result_id, "kind": "unknown", "tool": e.tool, "args": e.args, "reason": reason}
+
+
+def _waiting_request(r: Any, run_id: str) -> dict[str, Any]:
+    return {"id": r.result_id, "kind": r.kind, "tool": r.tool, "args": r.args, "reason": waits_for(r, run_id)}
+
+
+def request_json(r: Any) -> dict[str, Any]:
+    """One entry of `inspect --json`'s `requests`: a request and its decision (docs/reference/json.md)."""
+    q, d = r.request, r.decision
+    return {
+        "id": r.result_id,
+        "kind": r.kind,
+        "step": r.step,
+        "state": r.state,
+        "tool": r.tool,
+        "args": r.args,
+        "args_sha256": q.args_sha256,
+        "idempotency_key": q.idempotency_key,
+        "reason": q.reason,
+        "at": q.at,
+        "decision": None if d is None else {
+            "decision": d.decision,
+            "by": d.by,
+            "reason": d.reason,
+            "at": d.at,
+            "args_sha256": d.args_sha256,
+            "args": d.args,
+            "answer": d.answer,
+        },
+    }
 
 
 def _check_json(c: Any) -> dict[str, Any] | None:
@@ -276,6 +309,11 @@ def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, st
         return "active", f"the run is in progress, held by {holder}"
     if isinstance(nxt, AlertStop):
         return "needs_operator", _waiting(nxt.executions[0])["reason"]
+    if isinstance(nxt, AwaitDecision):
+        r = nxt.requests[0]
+        what = f"asks a person: {r.args.get('question', '')!r}" if r.kind == "answer" else "waits for approval"
+        more = f" (and {len(nxt.requests) - 1} more)" if len(nxt.requests) > 1 else ""
+        return "needs_operator", f"{r.tool} ({r.result_id}, step {r.step}) {what}{more}"
     if isinstance(nxt, NeedsOperator) and nxt.executions[0].kind == "rollback":
         return "needs_operator", _waiting(nxt.executions[0])["reason"]
     if isinstance(nxt, NeedsOperator):
@@ -365,6 +403,11 @@ def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
     recovery = walker.recovery()
     assert recovery is not None
     e = recovery.execution(result_id)
+    if e is None and recovery.request_of(result_id) is not None:
+        raise ResolutionError(
+            run_id, result_id, "it is a tool call that waits for a person's decision, not an unknown action: "
+            "use `polyloop approve`, `deny` or (for a question) `answer`",
+        )
     if e is None:
         ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
         raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")

@@ -24,6 +24,7 @@ from ._codec import ParsedLog
 from ._errors import (
     MAX_RETRY_AFTER,
     AlertError,
+    ApprovalRequiredError,
     CorruptLogError,
     ModelCallError,
     NeedsOperatorError,
@@ -38,6 +39,8 @@ from ._model import ModelOutput, Usage, _History
 from ._plan import (
     AbortAction,
     AlertStop,
+    AwaitDecision,
+    Decided,
     CallModel,
     Complete,
     ContinueAction,
@@ -57,6 +60,7 @@ from ._plan import (
 )
 from ._records import (
     ActionResult,
+    ApprovalRequest,
     FinishReason,
     GuardCheck,
     Intent,
@@ -231,6 +235,7 @@ class _Run:
             Resolution: store.write_resolution,
             GuardCheck: getattr(store, "write_guard_check", None),
             ActionResult: getattr(store, "write_action_result", None),
+            ApprovalRequest: getattr(store, "write_approval_request", None),
         }
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -238,6 +243,9 @@ class _Run:
                 c.get("name") == t.name for c in walker.started.config.get("tools") or []
             ):
                 raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
+        from ._decision_run import check_recorded
+
+        check_recorded(self)
 
     async def go(self) -> RunResult:
         history = rebuild_history(self.walker)
@@ -260,6 +268,10 @@ class _Run:
                 return await self._finish("error", None, error=error)
             elif isinstance(nxt, NeedsOperator):
                 raise NeedsOperatorError(self.run_id, nxt.executions)
+            elif isinstance(nxt, AwaitDecision):
+                raise ApprovalRequiredError(self.run_id, nxt.requests)
+            elif isinstance(nxt, Decided):
+                await self._complete(nxt.step, None, nxt.observation, nxt.is_error, nxt.tool, history)
             elif isinstance(nxt, AlertStop):
                 from ._guard_run import redeliver
 
@@ -292,8 +304,8 @@ class _Run:
         writer = self._writers[type(record)]
         if writer is None:
             raise StoreError(
-                f"the store cannot write {record.TAG} records (log format 1.1), which guarded tools "
-                f"need: it lacks write_{record.TAG}", run_id=self.run_id,
+                f"the store cannot write {record.TAG} records (log format 1.{_MINOR[record.TAG]}), which "
+                f"{_NEEDED_BY[record.TAG]} need: it lacks write_{record.TAG}", run_id=self.run_id,
             )
         try:
             await writer(self.run_id, record)
@@ -335,12 +347,16 @@ class _Run:
         if isinstance(prepared, str):
             await self._complete(nxt.step, None, prepared, True, nxt.tool, history)
             return
+        if isinstance(prepared, ApprovalRequest):
+            await self._write(prepared)  # durable before the run says it waits
+            raise ApprovalRequiredError(self.run_id, self.walker.waiting_requests())
         tool, intent = prepared
         await self._write(intent)
         await self._execute(tool, _context(self.run_id, intent), nxt.args, history)
 
-    def _prepare(self, nxt: RunAction) -> tuple[Tool, Intent] | str:
-        """The tool and intent of an action, or the error observation that refuses it before any intent."""
+    def _prepare(self, nxt: RunAction) -> tuple[Tool, Intent] | ApprovalRequest | str:
+        """The tool and intent of an action; or the request to write when the call waits for a
+        person; or the error observation that refuses it before any intent."""
         tool = self.tools.get(nxt.tool)
         if tool is None:
             if nxt.attempt > 1:
@@ -352,6 +368,16 @@ class _Run:
             # Checked before the intent: arguments that do not fit the tool's
             # schema never reach it; the model reads why and may try again.
             return f"error: {invalid}"
+        if nxt.why == "first":
+            from ._decision_run import request_for
+
+            request = request_for(self, tool, nxt)
+            if request is not None:
+                return request  # the call waits for a person: nothing of it runs
+        approved = self.walker.request_of(result_id("action", nxt.step, 1, nxt.call))
+        # An approved call keeps the key of the call that was approved, edited or not.
+        key = approved.idempotency_key if approved is not None else idempotency_key(
+            self.run_id, nxt.step, nxt.tool, nxt.args, nxt.call)
         return tool, Intent(
             kind="action",
             step=nxt.step,
@@ -360,7 +386,7 @@ class _Run:
             tool=nxt.tool,
             args=nxt.args,
             replay=tool.replay,
-            idempotency_key=idempotency_key(self.run_id, nxt.step, nxt.tool, nxt.args, nxt.call),
+            idempotency_key=key,
             call=nxt.call,
         )
 
@@ -378,6 +404,7 @@ class _Run:
         """
         step = nxt.step
         work: list[tuple[Any, Tool | None, Intent | None]] = []
+        requests: list[ApprovalRequest] = []
         for k, move in enumerate(nxt.moves, start=1):
             if (step, k) in self.refused or not isinstance(move, _PENDING):
                 continue
@@ -385,12 +412,17 @@ class _Run:
                 prepared = self._prepare(move)
                 if isinstance(prepared, str):
                     self.refused[(step, k)] = prepared
-                    continue
-                work.append((move, *prepared))
+                elif isinstance(prepared, ApprovalRequest):
+                    requests.append(prepared)  # this call waits; the others run meanwhile
+                else:
+                    work.append((move, *prepared))
             else:
                 work.append((move, self.tools.get(move.tool), None))
+        for request in requests:
+            await self._write(request)
         if not work:
-            await self._complete_calls(nxt, history)
+            if not requests:
+                await self._complete_calls(nxt, history)
             return
         intents = [intent for _, _, intent in work if intent is not None]
         if intents:
@@ -506,6 +538,11 @@ class _Run:
         return RunResult(self.run_id, reason, text, steps, error)
 
 
+_MINOR = {"guard_check": 1, "action_result": 1, "approval_request": 2}
+_NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools",
+              "approval_request": "tools that wait for approval or an answer"}
+
+
 _PENDING = (RunAction, ContinueAction, Verify, Rollback, Reconcile)
 
 
@@ -514,12 +551,14 @@ def _context(run_id: str, intent: Intent) -> ToolContext:
     return ToolContext(run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
 
 
-def _settled(move: Any) -> tuple[str, str, bool]:
+def _settled(move: Any) -> tuple[str | None, str, bool]:
     """(result id, observation, is_error) of a call whose outcome the planner says is known."""
     if isinstance(move, AbortAction):
         return move.result_id, f"error: {move.tool} did not run: its precondition failed: {move.reason}", True
     if isinstance(move, ReuseResolution):
         return move.result_id, move.observation, False
+    if isinstance(move, Decided):  # denied, or answered: nothing of the call ran
+        return None, move.observation, move.is_error
     assert isinstance(move, Complete)
     return move.result_id, move.observation, move.is_error
 

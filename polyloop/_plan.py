@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ._classify import Recovery, Walker, _tool_call, tool_calls_of
+from ._ids import result_id as derive_result_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,9 @@ class RunAction:
     """Run the tool call the model chose, as `attempt` of the step's action.
 
     `why` is `first`, `replay` (an unknown `safe` attempt), `rerun` (an
-    operator said the last attempt did not execute) or `reconciled` (the
-    tool's reconcile said so).
+    operator said the last attempt did not execute), `reconciled` (the
+    tool's reconcile said so) or `approved` (a person approved the call;
+    `args` are the approved ones, edited or not).
     """
 
     step: int
@@ -183,8 +185,8 @@ class StepCalls:
 
     @property
     def pending(self) -> tuple[Any, ...]:
-        """The moves that are work to do (empty: the step can complete)."""
-        return tuple(m for m in self.moves if not isinstance(m, SETTLED))
+        """The moves that are work to do now (empty: the step can complete, or waits for a person)."""
+        return tuple(m for m in self.moves if not isinstance(m, (*SETTLED, AwaitDecision)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,31 @@ class AlertStop:
     """A failed verification nothing has undone: stop until an operator settles it."""
 
     executions: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitDecision:
+    """Tool calls wait for a person (log format 1.2): stop until each is approved, denied or answered.
+
+    `requests` are the waiting `RequestView`s, in log order.
+    """
+
+    requests: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A person denied the call, or answered the question: complete the step with that.
+
+    Nothing of the call runs; `observation` is what the model reads
+    (`denied by X: reason`, or the answer).
+    """
+
+    step: int
+    request_id: str
+    tool: str
+    observation: str
+    is_error: bool
 
 
 Next = Union[
@@ -212,10 +239,12 @@ Next = Union[
     Complete,
     AlertStop,
     StepCalls,
+    AwaitDecision,
+    Decided,
 ]
 
 # A call's moves that say its outcome: nothing is left to run for it.
-SETTLED = (Complete, ReuseResolution, AbortAction)
+SETTLED = (Complete, ReuseResolution, AbortAction, Decided)
 
 
 def plan(state: Recovery | Walker) -> Next:
@@ -256,20 +285,29 @@ def plan(state: Recovery | Walker) -> Next:
         return CallModel(view.step, len(calls) + 1, after_failure=calls[-1].error is not None)
     if view.calls is not None:
         calls = tool_calls_of(view.output)
-        return StepCalls(
-            view.step,
-            tuple(_call_move(view.step, k, a, c) for k, (a, c) in enumerate(zip(view.calls, calls), start=1)),
+        moves = tuple(
+            _call_move(state, view.step, k, a, c) for k, (a, c) in enumerate(zip(view.calls, calls), start=1)
         )
+        step_calls = StepCalls(view.step, moves)
+        if not step_calls.pending and any(isinstance(m, AwaitDecision) for m in moves):
+            # Every other call has its outcome: the step waits for the people now.
+            return AwaitDecision(tuple(state.waiting_requests()))
+        return step_calls
     call = _tool_call(view.output)
     if call is None:
         return CompleteFinal(view.step, view.output.output.get("text") if view.output.output else None)
-    return _call_move(view.step, None, view.actions, call)
+    return _call_move(state, view.step, None, view.actions, call)
 
 
-def _call_move(step: int, k: int | None, attempts: Sequence[Any], call: dict[str, Any]) -> Next:
+def _call_move(state: Recovery | Walker, step: int, k: int | None, attempts: Sequence[Any],
+               call: dict[str, Any]) -> Next:
     """The next move for one tool call (`k` None: the step's only call), from its attempts."""
+    gated, call = _gated(state, step, k, attempts, call)
+    if gated is not None:
+        return gated
     if not attempts:
-        return RunAction(step, 1, call["name"], call["args"], call=k)
+        approved = state.request_of(derive_result_id("action", step, 1, k)) is not None
+        return RunAction(step, 1, call["name"], call["args"], "approved" if approved else "first", call=k)
     last = attempts[-1]
     guarded = _guarded(step, last, call, k)
     if guarded is not None:
@@ -281,6 +319,26 @@ def _call_move(step: int, k: int | None, attempts: Sequence[Any], call: dict[str
         return RunAction(step, last.attempt + 1, call["name"], call["args"], "reconciled", call=k)
     why = "rerun" if res is not None else "replay"
     return RunAction(step, last.attempt + 1, call["name"], call["args"], why, call=k)
+
+
+def _gated(
+    state: Recovery | Walker, step: int, k: int | None, attempts: Sequence[Any], call: dict[str, Any]
+) -> tuple[Next | None, dict[str, Any]]:
+    """For a tool call that waited for a person: the next move (None: run it) and the call to run.
+
+    The call to run carries the approved arguments (edited or not); a call
+    without an approval request is returned as the model made it.
+    """
+    first = attempts[0].result_id if attempts else derive_result_id("action", step, 1, k)
+    req = state.request_of(first)
+    if req is None:
+        return None, call
+    if req.decision is None:
+        return AwaitDecision(tuple(state.waiting_requests())), call
+    if req.decision.decision != "approved":
+        denied = req.decision.decision == "denied"
+        return Decided(step, req.result_id, req.tool, req.observation(), denied), call
+    return None, {"name": call["name"], "args": req.approved_args}
 
 
 def _guarded(step: int, last: Any, call: dict[str, Any], k: int | None = None) -> Next | None:
@@ -363,6 +421,11 @@ def describe(nxt: Next, run_id: str) -> str:
         if not todo:
             return f"complete step {nxt.step} with the outcomes of its {len(nxt.moves)} tool calls and continue"
         return f"step {nxt.step} ({len(nxt.moves)} tool calls): " + "; ".join(describe(m, run_id) for m in todo)
+    if isinstance(nxt, AwaitDecision):
+        return "stop: " + "; ".join(waits_for(r, run_id) for r in nxt.requests)
+    if isinstance(nxt, Decided):
+        how = "the denial" if nxt.is_error else "the recorded answer"
+        return f"complete step {nxt.step} with {how} ({nxt.tool}, {nxt.request_id}) and continue"
     if isinstance(nxt, ContinueAction):
         return f"check the precondition of {nxt.tool} (step {nxt.step}), then run it: it has not run yet"
     if isinstance(nxt, AbortAction):
@@ -408,6 +471,8 @@ def describe(nxt: Next, run_id: str) -> str:
         return f"reuse the operator's observation for {nxt.tool} (step {nxt.step}) and continue"
     if nxt.why == "first":
         return f"run {nxt.tool} (step {nxt.step})"
+    if nxt.why == "approved":
+        return f"run {nxt.tool} (step {nxt.step}) with the approved arguments"
     if nxt.why == "rerun":
         return f"run {nxt.tool} again (step {nxt.step}, attempt {nxt.attempt})"
     if nxt.why == "reconciled":
@@ -416,3 +481,19 @@ def describe(nxt: Next, run_id: str) -> str:
             "said it did not execute"
         )
     return f"replay the safe action {nxt.tool} (step {nxt.step}) as attempt {nxt.attempt}"
+
+
+def waits_for(r: Any, run_id: str) -> str:
+    """What one waiting request needs, with the exact commands (quoted for a shell)."""
+    rid, run = shlex.quote(r.result_id), shlex.quote(run_id)
+    if r.kind == "answer":
+        question = r.args.get("question", "")
+        return (
+            f"{r.tool} ({r.result_id}, step {r.step}) asks a person: {question!r}; answer it with "
+            f"`polyloop answer {run} {rid} TEXT`, then resume"
+        )
+    why = f" ({r.request.reason})" if r.request.reason else ""
+    return (
+        f"{r.tool} ({r.result_id}, step {r.step}) waits for approval{why}; decide with "
+        f"`polyloop approve {run} {rid} --reason TEXT` or `polyloop deny {run} {rid} --reason TEXT`, then resume"
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
+import hashlib
 import threading
 import time as _time
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ Outcome = Literal["executed", "not_executed"]
 Guard = Literal["precondition", "verify", "reconcile"]
 RollbackKind = Literal["undo", "compensate", "alert"]
 Source = Literal["operator", "reconcile"]
+RequestKind = Literal["approval", "answer"]
+DecisionKind = Literal["approved", "denied", "answered"]
 
 
 _second: tuple[int, str] = (-1, "")
@@ -193,8 +196,65 @@ class ActionResult:
     at: str = field(default_factory=utc_now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequest:
+    """A tool call waits for a person, recorded before anything of it runs (log format 1.2).
+
+    `kind` is `approval` (a tool that requires approval: `polyloop approve`
+    or `deny` decides) or `answer` (the model asked a person a question with
+    `ask_human`: `polyloop answer` decides). `result_id` is the id the
+    action's first intent gets once approved (e.g. `s3-a1`); it is also the
+    id the deciding commands take. `args_sha256` is the SHA-256 of the
+    canonical JSON of `args` (`args_digest`). `reason` says why it waits.
+    `call` numbers the tool call in a step of several (its id is then
+    `s3-c2-a1`); absent otherwise.
+    """
+
+    TAG: ClassVar[str] = "approval_request"
+    result_id: str
+    step: int
+    kind: RequestKind
+    tool: str
+    args: dict[str, Any]
+    args_sha256: str
+    idempotency_key: str
+    reason: str | None = None
+    call: int | None = None
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """A person's decision on an `approval_request` (log format 1.2).
+
+    `id` names the request (its `result_id`) and `request_sha256` its
+    `args_sha256`, so a decision can never settle another request.
+    `args_sha256` is the hash of the exact arguments approved: the request's
+    own, or of `args` when the approver edited them (then `args` holds the
+    edited arguments, and only then). `answer` carries the text of an
+    `answered` question.
+    """
+
+    TAG: ClassVar[str] = "decision"
+    id: str
+    decision: DecisionKind
+    by: str
+    request_sha256: str
+    args_sha256: str
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    answer: str | None = None
+    at: str = field(default_factory=utc_now)
+
+
+def args_digest(args: Any) -> str:
+    """SHA-256 (hex) of `args` as canonical JSON: orjson with sorted keys."""
+    return hashlib.sha256(orjson.dumps(args, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
 Record = Union[
-    RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution, GuardCheck, ActionResult
+    RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution, GuardCheck, ActionResult,
+    ApprovalRequest, Decision,
 ]
 RECORD_TYPES: tuple[type, ...] = (
     RunStarted,
@@ -205,9 +265,13 @@ RECORD_TYPES: tuple[type, ...] = (
     Resolution,
     GuardCheck,
     ActionResult,
+    ApprovalRequest,
+    Decision,
 )
 # Records a 1.0 writer never wrote.
 NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
+# Records a 1.0 or 1.1 writer never wrote.
+NEW_IN_1_2: tuple[type, ...] = (ApprovalRequest, Decision)
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
@@ -268,6 +332,7 @@ def representable(value: Any) -> Any:
 _OMIT_NONE: dict[type, frozenset[str]] = {
     Intent: frozenset({"call"}),
     StepCompleted: frozenset({"calls"}),
+    ApprovalRequest: frozenset({"call"}),
 }
 
 
@@ -342,6 +407,29 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "is_error": ((bool,), False),
         "at": (_STR, False),
     },
+    ApprovalRequest: {
+        "result_id": (_STR, False),
+        "step": (_INT, False),
+        "kind": (_STR, False),
+        "tool": (_STR, False),
+        "args": (_DICT, False),
+        "args_sha256": (_STR, False),
+        "idempotency_key": (_STR, False),
+        "reason": (_STR, True),
+        "call": (_INT, True),
+        "at": (_STR, False),
+    },
+    Decision: {
+        "id": (_STR, False),
+        "decision": (_STR, False),
+        "by": (_STR, False),
+        "request_sha256": (_STR, False),
+        "args_sha256": (_STR, False),
+        "reason": (_STR, True),
+        "args": (_DICT, True),
+        "answer": (_STR, True),
+        "at": (_STR, False),
+    },
 }
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
@@ -353,6 +441,8 @@ _OPTIONAL = {
     Resolution: {"observation", "reason", "by", "source"},
     GuardCheck: {"reason", "rollback"},
     ActionResult: {"is_error"},
+    ApprovalRequest: {"reason", "call"},
+    Decision: {"reason", "args", "answer"},
 }
 
 
@@ -444,6 +534,20 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
             raise RecordError(f"guard_check.guard {v['guard']!r} is not precondition, verify or reconcile")
         if v.get("rollback") not in (None, "undo", "compensate", "alert"):
             raise RecordError(f"guard_check.rollback {v['rollback']!r} is not undo, compensate or alert")
+    elif cls is ApprovalRequest:
+        if v["kind"] not in ("approval", "answer"):
+            raise RecordError(f"approval_request.kind {v['kind']!r} is not approval or answer")
+        if v["step"] < 1:
+            raise RecordError("approval_request.step starts at 1")
+        if v.get("call") is not None and v["call"] < 1:
+            raise RecordError("approval_request.call starts at 1")
+    elif cls is Decision:
+        if v["decision"] not in ("approved", "denied", "answered"):
+            raise RecordError(f"decision.decision {v['decision']!r} is not approved, denied or answered")
+        if (v["decision"] == "answered") != (v.get("answer") is not None):
+            raise RecordError("decision.answer goes with an answered decision, and only with one")
+        if v.get("args") is not None and v["decision"] != "approved":
+            raise RecordError("decision.args (edited arguments) go only with an approved decision")
     elif cls is ModelCallResult:
         if (v["output"] is None) == (v.get("error") is None):
             raise RecordError("model_call_result has exactly one of output and error")

@@ -142,10 +142,13 @@ class Recovery:
         finished: its `run_finished` record, or None.
         executions: every execution in log order.
         steps: one `StepView` per step that has any record, in order.
-        status: `finished`, `needs_operator` or `resumable`.
+        status: `finished`, `needs_operator` (something in `blocking`, or an
+            approval request that waits for a decision) or `resumable`.
         blocking: what a person must settle: unknown, unresolved `never`
             actions and rollbacks, and alerted actions (state `alert`).
         resolutions: every `resolution` record in log order.
+        requests: every approval request (log format 1.2) as a `RequestView`
+            with its decision, in log order.
     """
 
     run_id: str
@@ -156,6 +159,7 @@ class Recovery:
     status: Status
     blocking: tuple[Execution, ...]
     resolutions: tuple[Resolution, ...] = ()
+    requests: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         # Short on purpose: a 100,000-step verdict printed in full takes seconds
@@ -176,6 +180,19 @@ class Recovery:
             if e.result_id == result_id:
                 return e
         return None
+
+    def request_of(self, result_id: str) -> Any:
+        """The approval request recorded under `result_id` (a `RequestView`), or None."""
+        for r in self.requests:
+            if r.result_id == result_id:
+                return r
+        return None
+
+    def waiting_requests(self) -> list[Any]:
+        """Approval requests and questions no decision settled yet (none once finished)."""
+        if self.finished is not None:
+            return []
+        return [r for r in self.requests if r.decision is None]
 
     @property
     def max_steps(self) -> int | None:

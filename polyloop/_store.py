@@ -8,6 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._records import (
     ActionResult,
+    ApprovalRequest,
+    Decision,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -30,7 +32,8 @@ class Store(Protocol):
     returned. The library never issues two writes for the same run at once.
 
     Durability: when `write_run_started`, `write_intent`, `write_run_finished`,
-    `write_resolution` or `write_guard_check` returns, the record (and every record of that run
+    `write_resolution`, `write_guard_check`, `write_approval_request` or
+    `write_decision` returns, the record (and every record of that run
     written before it) must survive a crash of the process and of the
     machine. `write_model_call_result`, `write_step_completed` and
     `write_action_result` need only
@@ -86,6 +89,23 @@ class Store(Protocol):
         """Append what a verified action or a rollback returned (log format 1.1).
 
         Survives a process crash; durable with the next durable write.
+        """
+        ...
+
+    async def write_approval_request(self, run_id: str, record: ApprovalRequest) -> None:
+        """Append that a tool call waits for a person (log format 1.2). Durable before it returns.
+
+        Written before anything of the call runs, and the run stops after it:
+        the request must survive so the run is never resumed past it. Only
+        agents with tools that wait for approval or an answer write these; a
+        store without this method still serves every other agent.
+        """
+        ...
+
+    async def write_decision(self, run_id: str, record: Decision) -> None:
+        """Append a person's approval, denial or answer (log format 1.2). Durable before it returns.
+
+        Written by `approve`, `deny` and `answer` under the run's lock.
         """
         ...
 

@@ -16,7 +16,7 @@ import typing
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Union, overload
 
 import orjson
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 Replay = Literal["safe", "never"]
 RollbackKind = Literal["undo", "compensate", "alert"]
+Approval = Union[Literal["required"], Callable[[dict[str, Any]], Any], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +77,16 @@ class Tool:
         replay: Replay = "never",
         irreversible: bool = False,
         concurrent: bool = True,
+        approval: Approval = None,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
+        if approval is not None and approval != "required" and not callable(approval):
+            raise ValueError(f"approval must be 'required', a predicate on the arguments or None, not {approval!r}")
         self.irreversible = irreversible
         self.concurrent = concurrent
+        self.approval = approval
+        self.question = False  # True only for `ask_human`: a person answers, the function never runs
         self.guards = _Guards()
         self.fn = fn
         self.name = name or fn.__name__
@@ -173,6 +179,40 @@ class Tool:
             "reconcile": g.reconcile is not None,
             "irreversible": self.irreversible,
         }
+
+    # -- people in the loop (docs/how-to/require-approval.md) ----------------------
+
+    def approval_mode(self, *, approve_irreversible: bool = True) -> str | None:
+        """What `run_started` records as the tool's `approval`: `required`, `predicate` or None.
+
+        An `irreversible=True` tool without its own `approval` is `required`
+        unless the agent opted out (`Agent(approve_irreversible=False)`).
+        """
+        if self.approval == "required":
+            return "required"
+        if self.approval is not None:
+            return "predicate"
+        if self.irreversible and approve_irreversible:
+            return "required"
+        return None
+
+    def needs_approval(self, args: dict[str, Any], *, approve_irreversible: bool = True) -> str | None:
+        """Why this call of the tool must wait for approval (None: it need not).
+
+        A predicate is called with the model's arguments (a dict); a true
+        value requires approval. A predicate that raises requires it too
+        (fail closed), with the exception in the reason.
+        """
+        mode = self.approval_mode(approve_irreversible=approve_irreversible)
+        if mode is None:
+            return None
+        if mode == "required":
+            return "the tool is irreversible" if self.approval is None else "the tool requires approval"
+        try:
+            wanted = self.approval(args)  # type: ignore[operator, misc]
+        except Exception as exc:
+            return f"its approval predicate raised {type(exc).__name__}: {exc}"
+        return "its approval predicate holds for these arguments" if wanted else None
 
     def spec(self) -> dict[str, Any]:
         """`{"name", "description", "parameters"}` with parameters as JSON Schema."""
@@ -516,6 +556,7 @@ def tool(
     description: str | None = None,
     irreversible: bool = False,
     concurrent: bool = True,
+    approval: Approval = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -528,6 +569,7 @@ def tool(
     description: str | None = None,
     irreversible: bool = False,
     concurrent: bool = True,
+    approval: Approval = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -555,19 +597,73 @@ def tool(
         name: the name the model uses; defaults to the function's name.
         description: overrides the docstring.
         irreversible: the action cannot be undone: it may not declare an
-            undo or compensate rollback, and a failed verification stops the
-            run for a person (see `Tool.verify`).
+            undo or compensate rollback, a failed verification stops the
+            run for a person (see `Tool.verify`), and every call waits for
+            approval unless the agent opts out
+            (`Agent(approve_irreversible=False)`).
         concurrent: False when the tool must not run at the same time as
             other calls of a step: when the model asks for several tool calls
             at once they run concurrently, unless one of them is such a tool;
             then the step runs them one after another, in the model's order.
+        approval: `"required"`: every call waits for a person's approval
+            (`polyloop approve` / `deny`) before anything of it runs; a
+            predicate `fn(args) -> bool` on the model's arguments (a dict):
+            only calls it holds for wait. See docs/how-to/require-approval.md.
     """
     if fn is not None:
         return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible,
-                    concurrent=concurrent)
+                    concurrent=concurrent, approval=approval)
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible,
-                    concurrent=concurrent)
+                    concurrent=concurrent, approval=approval)
 
     return wrap
+
+
+def _ask_human(question: str) -> str:
+    """Ask a person a question and wait for the answer; use it when you need a human's input or decision.
+
+    Args:
+        question: the question, complete enough for a person who reads only it.
+    """
+    raise RuntimeError("ask_human is answered by a person (`polyloop answer`); it is never called itself")
+
+
+class _AskHuman(Tool):
+    """`ask_human`: built without pydantic, which its schema loads only when first needed."""
+
+    def __init__(self) -> None:  # `import polyloop` stays free of pydantic (Tool.__init__ would load it)
+        self.irreversible = False
+        self.approval = None
+        self.question = True
+        self.guards = _Guards()
+        self.fn = _ask_human
+        self.name = "ask_human"
+        self.description, _ = _split_docstring(inspect.getdoc(_ask_human) or "")
+        self.replay = "never"
+        self.is_async = False
+        self._checked = None
+        self._lazy: _Signature | None = None
+
+    @property
+    def _sig(self) -> _Signature:  # type: ignore[override]
+        if self._lazy is None:
+            self._lazy = _Signature(_ask_human, _split_docstring(inspect.getdoc(_ask_human) or "")[1])
+        return self._lazy
+
+    @property
+    def parameters(self) -> dict[str, Any]:  # type: ignore[override]
+        return self._sig.schema()
+
+
+ask_human: Tool = _AskHuman()
+"""A ready-made tool the model calls to ask a person a question (log format 1.2).
+
+Add it to `Agent(tools=[..., ask_human])`. When the model calls it, the run
+records the question durably (an `approval_request` of kind `answer`) and
+stops (`ApprovalRequiredError`, exit code 3); `polyloop answer RUN ID TEXT`
+(or `polyloop.answer`) records the answer, and resume hands it to the model
+as the call's observation. The answer is recorded once: a later crash or
+resume reuses it and never asks again.
+"""

@@ -208,6 +208,12 @@ class JsonlStore:
     async def write_action_result(self, run_id: str, record: Any) -> None:
         await self._append_soon(run_id, encode(record))
 
+    async def write_approval_request(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_decision(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
     async def _append_durable(self, run_id: str, data: bytes) -> None:
         path = self._file(run_id)
         if run_id in self._torn or run_id in self._logs:

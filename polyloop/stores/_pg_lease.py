@@ -226,5 +226,11 @@ class _LeasedStore:
     async def write_resolution(self, run_id: str, record: Any) -> None:
         await self._store.write_resolution(run_id, record)
 
+    async def write_approval_request(self, run_id: str, record: Any) -> None:
+        await self._store.write_approval_request(run_id, record)
+
+    async def write_decision(self, run_id: str, record: Any) -> None:
+        await self._store.write_decision(run_id, record)
+
     async def read_log(self, run_id: str) -> Any:
         return await self._store.read_log(run_id)

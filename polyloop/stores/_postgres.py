@@ -207,6 +207,23 @@ class PostgresStore:
     async def write_action_result(self, run_id: str, record: ActionResult) -> None:
         """Append what a verified action or a rollback returned (asynchronous commit, as a result)."""
         await self._append(run_id, record, durable=False)
+    async def write_approval_request(self, run_id: str, record: Any) -> None:
+        """Append a request for a person's decision (log format 1.2); committed synchronously."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_decision(self, run_id: str, record: Any) -> None:
+        """Append a person's decision (log format 1.2); a parked queued run becomes claimable again.
+
+        The requeue is a second statement: should the process die between the
+        two, the decision stands and `requeue` makes the run claimable.
+        """
+        await self._append(run_id, record, durable=True)
+        async with self._conn(run_id) as conn:
+            await conn.execute(
+                "UPDATE polyloop_runs SET status = 'queued', note = NULL "
+                "WHERE run_id = %s AND status = 'parked' AND target IS NOT NULL",
+                (run_id,),
+            )
 
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
         check_run_id(run_id)

@@ -24,6 +24,8 @@ from .._model import ScriptedModel
 from .._records import (
     ActionResult,
     GuardCheck,
+    ApprovalRequest,
+    Decision,
     Intent,
     ModelCallResult,
     Record,
@@ -32,6 +34,7 @@ from .._records import (
     RunStarted,
     StepCompleted,
 )
+from .._records import args_digest
 from .._store import LockingStore, Store
 from .._tools import tool
 
@@ -106,6 +109,10 @@ async def _write(store: Store, run_id: str, record: Record) -> None:
         await store.write_guard_check(run_id, record)  # type: ignore[attr-defined]
     elif isinstance(record, ActionResult):
         await store.write_action_result(run_id, record)  # type: ignore[attr-defined]
+    elif isinstance(record, ApprovalRequest):
+        await store.write_approval_request(run_id, record)  # type: ignore[attr-defined]
+    elif isinstance(record, Decision):
+        await store.write_decision(run_id, record)  # type: ignore[attr-defined]
     else:
         await store.write_resolution(run_id, record)
 
@@ -398,6 +405,47 @@ async def guard_records_round_trip(factory: StoreFactory) -> None:
     _expect(verdict.execution("s1-a1").state == "rolled_back", "the guarded run should classify as rolled back")
 
 
+def _approved_run(run_id: str) -> list[Record]:
+    args = {"amount": 500}
+    sha = args_digest(args)
+    call = {"name": "pay", "args": args}
+    return [
+        RunStarted(run_id=run_id, goal="approved", config={"max_steps": 2, "tools": [
+            {"name": "pay", "replay": "never", "approval": "required"}]}),
+        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+        ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": call}),
+        ApprovalRequest(result_id="s1-a1", step=1, kind="approval", tool="pay", args=args, args_sha256=sha,
+                        idempotency_key="pl-key", reason="the tool requires approval"),
+        Decision(id="s1-a1", decision="approved", by="ann@host", request_sha256=sha,
+                 args_sha256=args_digest({"amount": 400}), reason="cap", args={"amount": 400}),
+        Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="pay", args={"amount": 400},
+               replay="never", idempotency_key="pl-key"),
+        StepCompleted(step=1, result_id="s1-a1", observation="paid 400"),
+    ]
+
+
+async def approval_records_round_trip(factory: StoreFactory) -> None:
+    """The log format 1.2 records of an approved call read back equal, in order, and classify.
+
+    Only for a store that offers `write_approval_request` and `write_decision`
+    (a store without them serves every agent but those whose tool calls wait
+    for a person).
+    """
+    store = await _make(factory)
+    if not (callable(getattr(store, "write_approval_request", None))
+            and callable(getattr(store, "write_decision", None))):
+        return
+    run_id = _fresh_id("approval")
+    records = _approved_run(run_id)
+    for r in records:
+        await _write(store, run_id, r)
+    got = list(await store.read_log(run_id))
+    _expect(got == records, f"read_log returned {got!r}, expected {records!r}")
+    verdict = classify(got, run_id=run_id)
+    _expect(verdict.request_of("s1-a1").state == "approved", "the approved call should classify as approved")
+    _expect(verdict.execution("s1-a1").state == "done", "the approved action should classify as done")
+
+
 PROPERTIES: tuple[Property, ...] = (
     round_trip_every_record_kind,
     read_back_after_each_write,
@@ -410,6 +458,7 @@ PROPERTIES: tuple[Property, ...] = (
     lock_excludes_a_second_holder,
     unknown_major_version_is_refused,
     guard_records_round_trip,
+    approval_records_round_trip,
 )
 
 
@@ -476,3 +525,6 @@ class StoreContract:
 
     def test_guard_records_round_trip(self, store_factory: StoreFactory) -> None:
         asyncio.run(guard_records_round_trip(store_factory))
+
+    def test_approval_records_round_trip(self, store_factory: StoreFactory) -> None:
+        asyncio.run(approval_records_round_trip(store_factory))

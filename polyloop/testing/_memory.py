@@ -9,6 +9,8 @@ from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFou
 from .._ids import check_run_id
 from .._records import (
     ActionResult,
+    ApprovalRequest,
+    Decision,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -82,6 +84,12 @@ class MemoryStore:
         self._lines(run_id).append(encode(record))
 
     async def write_action_result(self, run_id: str, record: ActionResult) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_approval_request(self, run_id: str, record: ApprovalRequest) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_decision(self, run_id: str, record: Decision) -> None:
         self._lines(run_id).append(encode(record))
 
     async def read_log(self, run_id: str) -> list[Record]:

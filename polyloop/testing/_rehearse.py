@@ -79,7 +79,9 @@ async def rehearse_rollback(
     alerts: list[dict[str, Any]] = []
     model = ScriptedModel([{"tool": tool.name, "args": args}, {"final": "rehearsal over"}])
     store = MemoryStore()
-    agent = Agent(model=model, tools=[rehearsed], on_alert=alerts.append, max_steps=2)
+    # A rehearsal of the rollback path, not of approvals: the copy carries no `approval`, and an
+    # irreversible tool is not gated either (the opt-out is recorded in the rehearsal's log).
+    agent = Agent(model=model, tools=[rehearsed], on_alert=alerts.append, max_steps=2, approve_irreversible=False)
     stopped: Exception | None = None
     try:
         await agent.run("rehearse the rollback", run_id=run_id, store=store)

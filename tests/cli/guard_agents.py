@@ -30,4 +30,5 @@ def _(args, result, ctx):
 
 
 def publisher() -> Agent:
-    return Agent(model=ScriptedModel(SCRIPT), tools=[publish])
+    # This test is about alerts: opt out of approving the irreversible tool, on the record.
+    return Agent(model=ScriptedModel(SCRIPT), tools=[publish], approve_irreversible=False)

@@ -49,3 +49,15 @@ def reads() -> Agent:
     steps = int(os.environ.get("PL_TEST_STEPS", "6"))
     script: list[dict] = [{"tool": "look", "args": {"n": i}} for i in range(steps)]
     return Agent(model=ScriptedModel([*script, {"final": "done"}]), tools=[look], max_steps=steps + 1)
+
+
+@tool(approval="required")
+def wire(ctx: ToolContext, n: int) -> str:
+    """A side effect that waits for a person's approval (log format 1.2)."""
+    _effect(ctx, "wire")
+    return f"wired {n}"
+
+
+def approving() -> Agent:
+    """One `wire` that waits for approval, then a final answer."""
+    return Agent(model=ScriptedModel([{"tool": "wire", "args": {"n": 1}}, {"final": "done"}]), tools=[wire])

@@ -76,6 +76,22 @@ async def test_a_parked_run_waits_for_its_operator_then_is_claimable_again(store
     check_invariants(pg_conn, run_id)
 
 
+async def test_a_run_parked_for_approval_is_claimable_again_once_approved(store, pg_conn, effects_file):
+    from polyloop import approve
+
+    run_id = await submit(store, f"{AGENTS}:approving", goal="g", run_id=fresh("approve"))
+    events = await work(store, [run_id])
+    assert [e.event for e in events] == ["claim", "parked"]
+    assert "waits for a person" in events[1].detail
+    assert not effects_file.exists(), "nothing of the call may run before its approval"
+    await approve(store, run_id, "s1-a1", reason="test", by="ann")
+    assert (await store.queue_row(run_id))["status"] == "queued"
+    events = await work(store, [run_id])
+    assert [(e.event, e.detail) for e in events] == [("claim", None), ("finish", "final_answer")]
+    assert len(effects_file.read_text().splitlines()) == 1
+    check_invariants(pg_conn, run_id)
+
+
 async def _started(store, run_id):
     from polyloop import RunStarted, load_target
 

@@ -167,3 +167,21 @@ async def test_nothing_reaches_the_file_system_around_the_disk(tmp_path):
             pass
     assert list(tmp_path.iterdir()) == []  # not even the directory was made
     await store.aclose()
+
+
+async def test_the_people_in_the_loop_records_are_fsynced_before_the_write_returns(tmp_path):
+    from polyloop import ApprovalRequest, Decision
+
+    disk = Recorder()
+    store = JsonlStore(tmp_path / "runs", _disk=disk)
+    await store.write_run_started(RunStarted(run_id="r", goal="g"))
+    disk.take()
+    durable = ["open r.jsonl", "fstat r.jsonl", "write r.jsonl", "fsync r.jsonl", "close r.jsonl"]
+    request = ApprovalRequest(result_id="s1-a1", step=1, kind="approval", tool="t", args={}, args_sha256="0" * 64,
+                              idempotency_key="pl-k")
+    await store.write_approval_request("r", request)
+    assert disk.take() == durable
+    await store.write_decision("r", Decision(id="s1-a1", decision="denied", by="ann", request_sha256="0" * 64,
+                                             args_sha256="0" * 64))
+    assert disk.take() == durable
+    await store.aclose()

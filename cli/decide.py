@@ -1,0 +1,174 @@
+"""`polyloop approve`, `deny` and `answer`: a person decides a tool call that waits (log format 1.2)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from polyloop import Recovery, answer, approve, deny
+from polyloop.stores import open_store
+
+from . import options, render
+from .errors import BadInput, Scope, failures
+from .resume import RunId
+
+RequestId = Annotated[
+    str,
+    typer.Argument(
+        metavar="REQUEST_ID",
+        help="What waits: the id of an approval request or a question, e.g. s3-a1 (see `polyloop inspect`).",
+        show_default=False,
+    ),
+]
+Reason = Annotated[
+    str,
+    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded). Required.", show_default=False),
+]
+By = Annotated[
+    str | None,
+    typer.Option("--by", metavar="NAME", help="Who decides (recorded). Default: the OS user and host, user@host.",
+                 show_default=False),
+]
+ExpectSha = Annotated[
+    str | None,
+    typer.Option(
+        "--expect-sha256",
+        metavar="HEX",
+        help="Refuse unless the request's arguments hash to this (the args sha256 `inspect` shows): "
+        "decide exactly what you reviewed.",
+        show_default=False,
+    ),
+]
+
+
+def approve_command(
+    run_id: RunId,
+    request_id: RequestId,
+    reason: Reason,
+    by: By = None,
+    args: Annotated[
+        str | None,
+        typer.Option("--args", metavar="JSON", help="Run these arguments (a JSON object) instead of the "
+                     "model's; recorded as edited.", show_default=False),
+    ] = None,
+    expect_sha256: ExpectSha = None,
+    directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
+) -> None:
+    """Approve REQUEST_ID of run ID: resume then runs the tool call, intent first.
+
+    The decision is written as a durable `decision` record: who (--by), when,
+    why (--reason) and the SHA-256 of the exact arguments approved. With
+    --args the action runs with your edited arguments instead (recorded as
+    such; checked against the tool's schema on resume, before anything runs).
+    Under the run's lock: of two deciders at once exactly one is recorded.
+
+    Exit: 0 recorded; 2 refused - REQUEST_ID is not a request the run waits
+    for (unknown, already decided, a question), the run is unknown, finished
+    or held by a live process, --expect-sha256 differs, or --args is not a
+    JSON object. Nothing is written when it refuses.
+
+    \b
+    Example:
+      polyloop approve demo s2-a1 --reason "amount checked with finance"
+      polyloop approve demo s2-a1 --reason "cap it" --args '{"amount": 100, "to": "acme"}'
+    """
+    with failures(Scope(run_id=run_id)) as scope:
+        scope.directory = where = options.where(directory, store_url)
+        _text(reason, "--reason", by)
+        edited = _json_object(args) if args is not None else None
+        recovery = asyncio.run(_run(where, approve, run_id, request_id, reason=reason, by=by, args=edited,
+                                    expect_sha256=expect_sha256))
+        render.decided(run_id, request_id, recovery, where)
+    raise typer.Exit(0)
+
+
+def deny_command(
+    run_id: RunId,
+    request_id: RequestId,
+    reason: Reason,
+    by: By = None,
+    expect_sha256: ExpectSha = None,
+    directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
+) -> None:
+    """Deny REQUEST_ID of run ID: nothing of the tool call ever runs.
+
+    The decision is written as a durable `decision` record (who, when, why).
+    On resume the model reads "denied by NAME: REASON" as the call's
+    observation, and the run goes on.
+
+    Exit: 0 recorded; 2 refused (as for `approve`). Nothing is written when it refuses.
+
+    \b
+    Example:
+      polyloop deny demo s2-a1 --reason "not to this account"
+    """
+    with failures(Scope(run_id=run_id)) as scope:
+        scope.directory = where = options.where(directory, store_url)
+        _text(reason, "--reason", by)
+        recovery = asyncio.run(_run(where, deny, run_id, request_id, reason=reason, by=by,
+                                    expect_sha256=expect_sha256))
+        render.decided(run_id, request_id, recovery, where)
+    raise typer.Exit(0)
+
+
+def answer_command(
+    run_id: RunId,
+    request_id: RequestId,
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="The answer the model reads.", show_default=False)],
+    by: By = None,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", metavar="TEXT", help="An optional note (recorded).", show_default=False),
+    ] = None,
+    directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
+) -> None:
+    """Answer REQUEST_ID, a question the model asked with `ask_human` in run ID.
+
+    The answer is written as a durable `decision` record (who, when, the
+    text). On resume the model reads TEXT as the question's observation. It
+    is asked once: after any later crash the recorded answer is reused.
+
+    Exit: 0 recorded; 2 refused - REQUEST_ID is not a question the run waits
+    for (unknown, already answered, an approval), the run is unknown, finished
+    or held by a live process. Nothing is written when it refuses.
+
+    \b
+    Example:
+      polyloop answer demo s3-a1 "use the staging account"
+    """
+    with failures(Scope(run_id=run_id)) as scope:
+        scope.directory = where = options.where(directory, store_url)
+        _text(text, "TEXT", by)
+        options.utf8(reason, "--reason")
+        recovery = asyncio.run(_run(where, answer, run_id, request_id, text, by=by, reason=reason))
+        render.decided(run_id, request_id, recovery, where)
+    raise typer.Exit(0)
+
+
+async def _run(where: str, fn: Any, *args: Any, **kwargs: Any) -> Recovery:
+    async with open_store(where) as store:
+        return await fn(store, *args, **kwargs)
+
+
+def _text(value: str, flag: str, by: str | None) -> None:
+    options.utf8(value, flag)
+    options.utf8(by, "--by")
+    if by is not None and not by.strip():
+        raise BadInput("--by must name someone")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    options.utf8(text, "--args")
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise BadInput(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadInput(f"--args must be a JSON object, not {type(value).__name__}")
+    return value

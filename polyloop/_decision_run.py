@@ -1,0 +1,72 @@
+"""The run loop's part for people in the loop: recording that a tool call waits (log format 1.2).
+
+`polyloop._loop._Run._prepare` calls `request_for` before an action's first intent.
+When the recorded configuration says the tool's calls wait for a person
+(and its predicate holds), the run writes a durable `approval_request` and
+stops with `ApprovalRequiredError`: nothing of the call has run. The
+decision comes later from `polyloop._decide` (approve, deny, answer); the
+planner then runs the approved call or completes the step with the
+denial or the answer (docs/how-to/require-approval.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._errors import RunMismatchError
+from ._ids import idempotency_key
+from ._ids import result_id as derive_result_id
+from ._records import ApprovalRequest, args_digest
+
+if TYPE_CHECKING:
+    from ._loop import _Run
+    from ._plan import RunAction
+    from ._tools import Tool
+
+
+def check_recorded(run: _Run) -> None:
+    """Refuse to go on with tools whose approval differs from what `run_started` recorded."""
+    w = run.walker
+    assert w.started is not None
+    if w.minor < 2:
+        return  # logs from before approvals existed: nothing was recorded, nothing waits
+    recorded = {c.get("name"): c for c in w.started.config.get("tools") or [] if isinstance(c, dict)}
+    opted = run.agent.approve_irreversible
+    for t in run.agent.tools:
+        if t.name not in recorded:
+            continue
+        given = "question" if t.question else t.approval_mode(approve_irreversible=opted)
+        if given != w.approvals.get(t.name):
+            raise RunMismatchError(run.run_id, f"approval of tool {t.name!r}", w.approvals.get(t.name), given)
+
+
+def request_for(run: _Run, tool: Tool, nxt: RunAction) -> ApprovalRequest | None:
+    """The request to record when this call waits for a person (None: it need not wait).
+
+    The run loop writes it (durable) before anything of the call runs and
+    stops: at once for a step's only call, once the step's other calls have
+    run for a call of several.
+    """
+    w = run.walker
+    wants = w.approvals.get(tool.name) if w.minor >= 2 else None
+    if wants is None:
+        return None
+    if wants == "question":
+        kind, reason = "answer", "the model asks a person"
+    else:
+        why = tool.needs_approval(nxt.args, approve_irreversible=run.agent.approve_irreversible)
+        if why is None:
+            return None
+        kind, reason = "approval", why
+    args: dict[str, Any] = nxt.args
+    return ApprovalRequest(
+        result_id=derive_result_id("action", nxt.step, 1, nxt.call),  # the approved call's first intent's id
+        step=nxt.step,
+        kind=kind,
+        tool=tool.name,
+        args=args,
+        args_sha256=args_digest(args),
+        idempotency_key=idempotency_key(run.run_id, nxt.step, tool.name, args, nxt.call),
+        reason=reason,
+        call=nxt.call,
+    )

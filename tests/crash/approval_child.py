@@ -1,0 +1,139 @@
+"""A child process for the approval crash tests: runs or decides on a JSONL store that kills itself on cue.
+
+    python approval_child.py run DIR RUN_ID          (start the run, or resume it)
+    python approval_child.py approve DIR RUN_ID ID [ARGS_JSON]
+    python approval_child.py deny DIR RUN_ID ID
+    python approval_child.py answer DIR RUN_ID ID TEXT
+
+`POLYLOOP_KILL_AT=before|after:KIND:N` SIGKILLs this real process just before
+or just after the N-th write of KIND by it; KIND is `approval_request`,
+`decision`, `intent:model_call`, `intent:action`, `step_completed`,
+`model_call_result`, `resolution` or `run_finished`. The tool `pay` appends
+one line per execution to `$EFFECTS` and fsyncs it before it returns, so the
+world's ground truth survives the kill. Exit codes follow the CLI: 0
+finished or recorded, 1 failure, 2 refused, 3 waits for a person or operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections import Counter
+from typing import Any
+
+from polyloop import (
+    Agent,
+    DecisionError,
+    JsonlStore,
+    NeedsOperatorError,
+    PolyLoopError,
+    RunActiveError,
+    ScriptedModel,
+    ToolContext,
+    answer,
+    approve,
+    ask_human,
+    deny,
+    tool,
+)
+
+KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
+
+
+@tool(approval=lambda args: args["amount"] > 100)
+def pay(amount: int, to: str, ctx: ToolContext) -> str:
+    """Pay someone (an effect in the world: one fsync'd line per execution)."""
+    fd = os.open(os.environ["EFFECTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        line = {"amount": amount, "to": to, "key": ctx.idempotency_key, "result_id": ctx.result_id}
+        os.write(fd, (json.dumps(line) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return f"paid {amount} to {to}"
+
+
+SCRIPT = [
+    {"tool": "pay", "args": {"amount": 500, "to": "bob"}},
+    {"tool": "ask_human", "args": {"question": "which colour?"}},
+    {"tool": "pay", "args": {"amount": 5, "to": "al"}},
+    {"final": "done"},
+]
+
+
+def agent() -> Agent:
+    return Agent(model=ScriptedModel(SCRIPT), tools=[pay, ask_human])
+
+
+class CueStore(JsonlStore):
+    """The real JSONL store, killing its process before or after one chosen write."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.counts: Counter[str] = Counter()
+
+    async def _cue(self, kind: str, write: Any) -> None:
+        self.counts[kind] += 1
+        point = f"{kind}:{self.counts[kind]}"
+        if KILL_AT == f"before:{point}":
+            write.close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        await write
+        if KILL_AT == f"after:{point}":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async def write_intent(self, run_id, record):
+        await self._cue(f"intent:{record.kind}", super().write_intent(run_id, record))
+
+    async def write_model_call_result(self, run_id, record):
+        await self._cue("model_call_result", super().write_model_call_result(run_id, record))
+
+    async def write_step_completed(self, run_id, record):
+        await self._cue("step_completed", super().write_step_completed(run_id, record))
+
+    async def write_run_finished(self, run_id, record):
+        await self._cue("run_finished", super().write_run_finished(run_id, record))
+
+    async def write_resolution(self, run_id, record):
+        await self._cue("resolution", super().write_resolution(run_id, record))
+
+    async def write_approval_request(self, run_id, record):
+        await self._cue("approval_request", super().write_approval_request(run_id, record))
+
+    async def write_decision(self, run_id, record):
+        await self._cue("decision", super().write_decision(run_id, record))
+
+
+async def main(argv: list[str]) -> int:
+    command, directory, run_id = argv[0], argv[1], argv[2]
+    store = CueStore(directory)
+    try:
+        if command == "run":
+            exists = os.path.exists(os.path.join(directory, f"{run_id}.jsonl"))
+            await agent().run(None if exists else "pay and ask", run_id=run_id, store=store)
+        elif command == "approve":
+            edited = json.loads(argv[4]) if len(argv) > 4 else None
+            await approve(store, run_id, argv[3], reason="checked", by="tester", args=edited)
+        elif command == "deny":
+            await deny(store, run_id, argv[3], reason="too much", by="tester")
+        elif command == "answer":
+            await answer(store, run_id, argv[3], argv[4], by="tester")
+        else:
+            raise SystemExit(f"unknown command {command}")
+    except NeedsOperatorError as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    except (DecisionError, RunActiveError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except PolyLoopError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))
