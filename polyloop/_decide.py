@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 
 from ._classify import Recovery, Walker
-from ._errors import DecisionError, PolyLoopError, StoreError
+from ._errors import DecisionError, StoreError
 from ._ids import check_run_id
-from ._loop import held, verdict, walk_off_loop
+from ._loop import held, verdict, walk_off_loop, write_settlement
 from ._records import Decision, DecisionKind, args_digest, representable
 from ._store import Store
 
@@ -174,16 +174,7 @@ async def _decide(
             args=edited,
             answer=representable(answer) if answer is not None else None,
         )
-        try:
-            await writer(run_id, record)
-        except PolyLoopError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"store failed to write the decision: {exc}", run_id=run_id) from exc
-        walker.feed(record)
-        recovery = walker.recovery()
-        assert recovery is not None
-        return recovery
+        return await write_settlement(writer, walker, run_id, record, "decision")
 
 
 def _open_request(walker: Walker, run_id: str, request_id: str, kind: DecisionKind) -> Any:

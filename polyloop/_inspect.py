@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._classify import Execution, Recovery, Walker
-from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
+from ._errors import CorruptLogError, Problem, ResolutionError
 from ._ids import check_run_id
-from ._loop import held, maybe_await, verdict, walk_off_loop
+from ._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
 from ._plan import AlertStop, AwaitDecision, CallModel, Finished, NeedsOperator, Next, describe, plan, waits_for
 from ._records import Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
@@ -384,16 +384,7 @@ async def mark_resolved(
             by=by or _os_user(),
             reason=reason,
         )
-        try:
-            await store.write_resolution(run_id, record)
-        except PolyLoopError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"store failed to write the resolution: {exc}", run_id=run_id) from exc
-        walker.feed(record)
-        recovery = walker.recovery()
-        assert recovery is not None
-        return recovery
+        return await write_settlement(store.write_resolution, walker, run_id, record, "resolution")
 
 
 def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:

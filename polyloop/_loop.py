@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 
-from ._classify import Walker, _tool_call, walk
+from ._classify import Recovery, Walker, _tool_call, walk
 from ._codec import ParsedLog
 from ._errors import (
     MAX_RETRY_AFTER,
@@ -135,6 +135,23 @@ async def walk_off_loop(records: Sequence[Record], run_id: str) -> Walker:
     if len(records) < _OFF_LOOP_RECORDS:
         return walk(records, run_id=run_id)
     return await asyncio.to_thread(walk, records, run_id=run_id)
+
+
+async def write_settlement(writer: Any, walker: Walker, run_id: str, record: Record, what: str) -> Recovery:
+    """Write a person's settlement (a resolution, a decision) of a held run; return the new verdict.
+
+    Store failures become `StoreError` naming `what` was being written.
+    """
+    try:
+        await writer(run_id, record)
+    except PolyLoopError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"store failed to write the {what}: {exc}", run_id=run_id) from exc
+    walker.feed(record)
+    recovery = walker.recovery()
+    assert recovery is not None
+    return recovery
 
 
 def verdict(walker: Walker, run_id: str) -> Walker:
