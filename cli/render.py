@@ -32,6 +32,7 @@ from rich.text import Text
 
 from polyloop import (
     AlertError,
+    CrashLoopError,
     Execution,
     NeedsOperatorError,
     Recovery,
@@ -235,6 +236,9 @@ def failure(
         message = str(exc)
     if scope.json:
         print_json(_error_doc(type(exc).__name__, code, message))
+    if isinstance(exc, CrashLoopError):
+        _line(console, ("polyloop: stopped: ", "bold yellow"), clip(message, 10_000))
+        return
     if isinstance(exc, AlertError):
         alert_stop(exc.run_id, exc.executions, scope.directory)
         return
@@ -546,6 +550,8 @@ def inspect_report(
             if r.observation is not None:
                 parts.append(f"; observation: {clip(r.observation, 200)}")
             _line(console, *parts)
+    if rec is not None:
+        _checkpoint_lines(console, report)
     if report.problems:
         console.print()
         _line(console, ("problems", "bold red"))
@@ -557,6 +563,54 @@ def inspect_report(
     if rec is not None and rec.blocking and report.status != "finished":
         _line(console, ("settle    ", "bold"), "decide whether it happened, then run one of:")
         _settle_block(console, report.run_id, rec.blocking, directory)
+
+
+def _difference(d: dict[str, Any]) -> str:
+    """One checkpoint difference: `{what} {name}: {recorded} -> {now}` (hashes shortened)."""
+
+    def short(v: Any) -> str:
+        return "none" if v is None else (str(v)[:12] + "…" if len(str(v)) > 40 else repr(v))
+
+    name = f" {d.get('name')!r}" if d.get("name") else ""
+    where = f" ({d['path']})" if d.get("path") else ""
+    return f"{d.get('what')}{name}{where}: {short(d.get('recorded'))} recorded, {short(d.get('now'))} now"
+
+
+def _checkpoint_lines(console: Console, report: RunReport) -> None:
+    """Validity, overrides and retry budgets (log format 1.2) of `inspect`."""
+    rec = report.recovery
+    assert rec is not None
+    v = report.validity
+    if v is not None:
+        console.print()
+        if v["valid"] is None:
+            _line(console, ("validity  ", "bold"), ("not checked", "yellow"), f": {clip(v['not_checked'], 400)}")
+        elif v["valid"]:
+            _line(console, ("validity  ", "bold"), ("valid", "green"), ": inputs, logic version and configuration unchanged")
+        else:
+            _line(console, ("validity  ", "bold"), ("not valid", "bold red"), ": resume refuses (exit 4):")
+            for d in v["differences"]:
+                _line(console, "  ", clip(_difference(d), 400))
+    if rec.overrides:
+        console.print()
+        _line(console, ("overrides", "bold"))
+        for o in rec.overrides:
+            if o.TAG == "checkpoint_accepted":
+                what = "accepted " + "; ".join(_difference(d) for d in o.differences)
+            else:
+                what = f"lifted a crash loop of {o.resumes} resumes without progress"
+            _line(console, "  ", (clip(o.by, 60), "bold"), f" at {clip(o.at, 40)} {clip(what, 600)}",
+                  f"; reason: {clip(o.reason, 200)}")
+    b = rec.budgets
+    if b is not None and (b.max_resumes is not None or b.limits or b.resumes):
+        limit = f" of {b.max_resumes}" if b.max_resumes is not None else " (no budget)"
+        spent = [f"{b.idle_resumes}{limit} resumes without progress ({b.resumes} resumes in all)"]
+        for tool in sorted(set(b.streaks) | set(b.limits)):
+            lim = b.limits.get(tool)
+            spent.append(f"{clip(tool, 60)} failed {b.streaks.get(tool, 0)}" + (f" of {lim}" if lim else "")
+                         + " in a row")
+        field_line = "; ".join(spent)
+        _line(console, ("budgets   ", "bold"), field_line)
 
 
 # -- mark-resolved -----------------------------------------------------------

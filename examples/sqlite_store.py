@@ -237,6 +237,18 @@ class SqliteStore:
         """Append an operator's resolution. Durable before it returns."""
         await self._write(run_id, record, durable=True)
 
+    async def write_checkpoint_accepted(self, run_id: str, record: Record) -> None:
+        """Append accepted checkpoint changes (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
+    async def write_resumed(self, run_id: str, record: Record) -> None:
+        """Append the mark of a resume (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
+    async def write_crash_loop_accepted(self, run_id: str, record: Record) -> None:
+        """Append a lifted crash loop (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
     async def read_log(self, run_id: str) -> list[Record]:
         """Every record of the run, in write order.
 

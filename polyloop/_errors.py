@@ -12,7 +12,9 @@
     ├── CorruptLogError        the log cannot come from a correct writer
     │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
-    │   └── AlertError         a failed verification no rollback undid must be settled first
+    │   ├── AlertError         a failed verification no rollback undid must be settled first
+    │   └── CrashLoopError     the run was resumed too often without progress (log format 1.2)
+    ├── CheckpointError        what the run depends on changed since it started (exit code 4)
     ├── ResolutionError        mark-resolved named something that waits for nobody
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
     ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
@@ -245,6 +247,39 @@ class AlertError(NeedsOperatorError):
             f"run {run_id!r} needs an operator: the verification of {e.tool}({_short_args(e.args)}) "
             f"result id {e.result_id} failed ({why}) and nothing undid it; check the world, then "
             f"settle it with `{settle} --executed` or `--not-executed`, then resume",
+        )
+
+
+class CrashLoopError(NeedsOperatorError):
+    """The run was resumed its crash-loop budget of times without completing a step (log format 1.2).
+
+    The process keeps dying at the same point (out of memory, a segfault in
+    a tool), so resuming once more would most likely die there too. Nothing
+    was written. A person looks at why, then lifts the stop on the record
+    with `polyloop resume RUN --accept-crash-loop --reason TEXT` (Python:
+    `accept_crash_loop=True, reason=...`). Differs from its base: nothing
+    is unknown; the run itself is suspect.
+
+    Attributes:
+        resumes: resumes since the last completed step.
+        limit: the budget recorded at the start (`max_resumes_without_progress`).
+        step: the step it keeps dying in.
+        tool: the tool of that step's latest action, if it has one.
+    """
+
+    def __init__(self, run_id: str, resumes: int, limit: int, step: int, tool: str | None = None) -> None:
+        self.run_id = run_id
+        self.executions = ()
+        self.resumes = resumes
+        self.limit = limit
+        self.step = step
+        self.tool = tool
+        where = f"step {step}" + (f" ({tool})" if tool else "")
+        PolyLoopError.__init__(
+            self,
+            f"run {run_id!r} is in a crash loop: resumed {resumes} times without completing a step "
+            f"(its budget is {limit}); it keeps dying in {where}. Find out why, then lift the stop with "
+            f"`polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT`",
         )
 
 

@@ -41,6 +41,7 @@ from ._plan import (
     CallModel,
     Complete,
     ContinueAction,
+    FinishToolFailures,
     Reconcile,
     Rollback,
     Verify,
@@ -56,12 +57,15 @@ from ._plan import (
 )
 from ._records import (
     ActionResult,
+    CheckpointAccepted,
+    CrashLoopAccepted,
     FinishReason,
     GuardCheck,
     Intent,
     ModelCallResult,
     Record,
     Resolution,
+    Resumed,
     RunFinished,
     StepCompleted,
     representable,
@@ -71,6 +75,7 @@ from ._tools import Tool, ToolContext, call_guard, guard_verdict, observation_te
 
 if TYPE_CHECKING:
     from ._agent import Agent, RunResult
+    from ._resume import Resume
 
 # Classifying a log this long moves off the event loop (other runs share it).
 _OFF_LOOP_RECORDS = 2_000
@@ -190,8 +195,9 @@ def _usage_json(usage: Any) -> dict[str, int] | None:
 class _Run:
     """One pass of the loop over a run, from its walker's state to its end."""
 
-    def __init__(self, agent: Agent, store: Store, walker: Walker) -> None:
+    def __init__(self, agent: Agent, store: Store, walker: Walker, resume: Resume | None = None) -> None:
         assert walker.started is not None
+        self.resume = resume  # None: a new run, nothing to check before it goes
         self.agent = agent
         self.store = store
         self.walker = walker
@@ -207,6 +213,9 @@ class _Run:
             Resolution: store.write_resolution,
             GuardCheck: getattr(store, "write_guard_check", None),
             ActionResult: getattr(store, "write_action_result", None),
+            CheckpointAccepted: getattr(store, "write_checkpoint_accepted", None),
+            Resumed: getattr(store, "write_resumed", None),
+            CrashLoopAccepted: getattr(store, "write_crash_loop_accepted", None),
         }
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -216,6 +225,9 @@ class _Run:
                 raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
 
     async def go(self) -> RunResult:
+        if self.resume is not None:
+            await self.resume.open(self)  # before anything runs: validity, crash loop, the count
+        self.walker.live = True
         history = rebuild_history(self.walker)
         while True:
             nxt = plan(self.walker)
@@ -234,6 +246,9 @@ class _Run:
             elif isinstance(nxt, FinishAttempts):
                 error = f"the model call of step {nxt.step} failed {nxt.attempts} times"
                 return await self._finish("error", None, error=error)
+            elif isinstance(nxt, FinishToolFailures):
+                error = f"tool {nxt.tool!r} failed {nxt.failures} times in a row (its failure budget)"
+                return await self._finish("tool_failures", None, error=error)
             elif isinstance(nxt, NeedsOperator):
                 raise NeedsOperatorError(self.run_id, nxt.executions)
             elif isinstance(nxt, AlertStop):
@@ -244,7 +259,7 @@ class _Run:
             elif isinstance(nxt, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
                 await self._guarded(nxt, history)
             else:
-                assert isinstance(nxt, Finished)
+                assert isinstance(nxt, Finished), nxt  # CrashLoopStop: a resume's, never a live plan
                 return self._recorded_result()
 
     def _recorded_result(self) -> RunResult:
@@ -258,9 +273,10 @@ class _Run:
         # Fail closed: any store failure stops the run with a library error.
         writer = self._writers[type(record)]
         if writer is None:
+            why = "guarded tools need" if record.TAG in ("guard_check", "action_result") else "this resume needs"
             raise StoreError(
-                f"the store cannot write {record.TAG} records (log format 1.1), which guarded tools "
-                f"need: it lacks write_{record.TAG}", run_id=self.run_id,
+                f"the store cannot write {record.TAG} records, which {why}: it lacks "
+                f"write_{record.TAG}", run_id=self.run_id,
             )
         try:
             await writer(self.run_id, record)

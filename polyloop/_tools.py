@@ -72,10 +72,14 @@ class Tool:
         description: str | None = None,
         replay: Replay = "never",
         irreversible: bool = False,
+        max_failures: int | None = None,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
+        if max_failures is not None and (type(max_failures) is not int or max_failures < 1):
+            raise ValueError(f"max_failures must be a positive whole number or None, not {max_failures!r}")
         self.irreversible = irreversible
+        self.max_failures = max_failures
         self.guards = _Guards()
         self.fn = fn
         self.name = name or fn.__name__
@@ -510,6 +514,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     irreversible: bool = False,
+    max_failures: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -521,6 +526,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     irreversible: bool = False,
+    max_failures: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -550,11 +556,19 @@ def tool(
         irreversible: the action cannot be undone: it may not declare an
             undo or compensate rollback, and a failed verification stops the
             run for a person (see `Tool.verify`).
+        max_failures: this tool's retry budget: after it returns an error
+            observation this many times in a row in one run (no success of
+            it in between), the run ends with reason `tool_failures` instead
+            of letting the model loop. Default: the agent's
+            `max_tool_failures`.
     """
+    kw: dict[str, Any] = dict(
+        replay=replay, name=name, description=description, irreversible=irreversible, max_failures=max_failures
+    )
     if fn is not None:
-        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible)
+        return Tool(fn, **kw)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible)
+        return Tool(f, **kw)
 
     return wrap

@@ -197,6 +197,15 @@ class JsonlStore:
     async def write_action_result(self, run_id: str, record: Any) -> None:
         await self._append_soon(run_id, encode(record))
 
+    async def write_checkpoint_accepted(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_resumed(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_crash_loop_accepted(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
     async def _append_durable(self, run_id: str, data: bytes) -> None:
         # The append is one write(2) to the page cache, done here like the
         # appends that need no fsync; only the fsync (the disk wait) and the

@@ -9,6 +9,9 @@ from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFou
 from .._ids import check_run_id
 from .._records import (
     ActionResult,
+    CheckpointAccepted,
+    CrashLoopAccepted,
+    Resumed,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -78,6 +81,15 @@ class MemoryStore:
         self._lines(run_id).append(encode(record))
 
     async def write_action_result(self, run_id: str, record: ActionResult) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_checkpoint_accepted(self, run_id: str, record: CheckpointAccepted) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_resumed(self, run_id: str, record: Resumed) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
         self._lines(run_id).append(encode(record))
 
     async def read_log(self, run_id: str) -> list[Record]:
