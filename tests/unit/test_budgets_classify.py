@@ -18,7 +18,7 @@ from polyloop import (
     check,
     classify,
 )
-from polyloop._plan import CallModel, CrashLoopStop, FinishToolFailures, RunAction, describe, plan
+from polyloop._plan import CallModel, CrashLoopStop, FinishToolFailures, describe, plan
 from polyloop._classify import walk
 
 DIFF = {"what": "input", "name": "contract", "recorded": "a" * 64, "now": "b" * 64}
