@@ -327,6 +327,12 @@ def run_result(result: RunResult, *, already: bool = False) -> None:
             (f"{verb}: ", "bold yellow"),
             f"the step budget was spent after {steps}, without a final answer",
         )
+    elif result.reason == "tool_failures":
+        _line(
+            err(),
+            ("polyloop: error: ", "bold red"),
+            f"run {result.run_id} {verb} after {steps}, stopped by its failure budget: {clip(result.error, 10_000)}",
+        )
     else:
         _line(
             err(),
@@ -360,6 +366,8 @@ def why(report: RunReport) -> str:
             return f"It finished with a final answer after {steps}."
         if f.reason == "max_steps":
             return f"It finished because the step budget was spent ({steps}, no final answer)."
+        if f.reason == "tool_failures":
+            return f"It ended after {steps} because a tool spent its failure budget: {f.error}."
         return f"It finished with an error after {steps}: {f.error}."
     reason = report.reason
     if report.status == "corrupt":

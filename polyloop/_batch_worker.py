@@ -235,6 +235,8 @@ class _Worker:
 def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRun:
     if result.reason == "error":
         return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}", action)
+    if result.reason == "tool_failures":  # exit code 1 for `polyloop run` too
+        return BatchRun(run_id, line, "failed", result.steps, f"a tool spent its failure budget: {result.error}", action)
     return BatchRun(run_id, line, "finished", result.steps, result.reason, action)
 
 

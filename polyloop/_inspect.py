@@ -36,7 +36,7 @@ class RunReport:
         run_id: the run.
         status: `finished`, `needs_operator`, `resumable`, `corrupt` or
             `active` (a live process holds it).
-        reason: why it finished (`final_answer`, `max_steps`, `error`) or,
+        reason: why it finished (`final_answer`, `max_steps`, `error`, `tool_failures`) or,
             for any other status, why it stopped, in one sentence.
         next: what `polyloop resume` would do next, in one sentence.
         recovery: the classification (None when the log is corrupt).
