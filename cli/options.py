@@ -109,5 +109,7 @@ def inputs(given: list[str] | None) -> dict[str, str] | None:
         if name in out:
             raise BadInput(f"--input {name!r} is given twice")
         utf8(path, "--input")
+        if not os.path.exists(path):  # before a run id is announced
+            raise BadInput(f"--input {name}: no file or directory {path}")
         out[name] = path
     return out

@@ -254,6 +254,8 @@ class Agent:
                 encode(started)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"run {run_id!r} cannot be recorded: {exc}") from None
+        if unreadable is not None and (new or await read_or_none(store, run_id) is None):
+            raise unreadable  # a new run: refused before the lock (and its file) is taken
         if new and await read_or_none(store, run_id) is not None:
             raise RunExistsError(run_id)  # before the lock, which would trim a torn tail
         async with held(store, run_id) as records:

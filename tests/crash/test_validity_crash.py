@@ -64,6 +64,10 @@ def test_a_changed_input_file_refuses_the_resume_then_an_accepted_change_continu
     (data / "contract.txt").write_text("version 1")
     (data / "annex").mkdir()
     (data / "annex" / "a.txt").write_text("annex")
+    for bad in ("contract=data/missing.txt", "contract", "=data/contract.txt"):
+        proc = op("run", AGENT, "--run-id", "v", "--goal", "g", "--input", bad)
+        assert proc.returncode == 2 and "--input" in proc.stderr, proc.stderr
+        assert not op.runs.exists() or not list(op.runs.iterdir())  # refused before anything was written
     killed_in_step_2(op, "v", "--input", "contract=data/contract.txt", "--input", "annex=data/annex")
     started = op.log("v")[0]["config"]
     assert set(started["inputs"]) == {"contract", "annex"} and started["logic_version"] == "1"
