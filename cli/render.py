@@ -613,10 +613,12 @@ def _checkpoint_lines(console: Console, report: RunReport) -> None:
     if b is not None and (b.max_resumes is not None or b.limits or b.resumes):
         limit = f" of {b.max_resumes}" if b.max_resumes is not None else " (no budget)"
         spent = [f"{b.idle_resumes}{limit} resumes without progress ({b.resumes} resumes in all)"]
-        for tool in sorted(set(b.streaks) | set(b.limits)):
+        failing = [t for t in sorted(b.streaks) if b.streaks[t]]
+        for tool in failing:
             lim = b.limits.get(tool)
-            spent.append(f"{clip(tool, 60)} failed {b.streaks.get(tool, 0)}" + (f" of {lim}" if lim else "")
-                         + " in a row")
+            spent.append(f"{clip(tool, 60)} failed {b.streaks[tool]}" + (f" of {lim}" if lim else "") + " in a row")
+        if not failing:
+            spent.append("no tool failing")
         field_line = "; ".join(spent)
         _line(console, ("budgets   ", "bold"), field_line)
 

@@ -198,3 +198,26 @@ def test_a_resume_without_difference_writes_no_acceptance():
     crashed_run(store)
     asyncio.run(make().run(run_id="r", store=store, accept_changes=True, reason="just in case"))
     assert not any(isinstance(r, CheckpointAccepted) for r in asyncio.run(store.read_log("r")))
+
+
+def test_a_log_older_than_1_2_resumes_as_before_with_nothing_compared_or_counted():
+    store = MemoryStore()
+    whole = MemoryStore()
+    asyncio.run(make().run("g", run_id="r", store=whole))
+    records = asyncio.run(whole.read_log("r"))[:5]
+    old = RunStarted(run_id="r", goal="g", schema_version="1.1", config={
+        k: v for k, v in records[0].config.items()
+        if k not in ("logic_version", "inputs", "config_hashes", "max_tool_failures", "max_resumes_without_progress")
+    })
+
+    async def copy():
+        await store.write_run_started(old)
+        for r in records[1:]:
+            await getattr(store, f"write_{r.TAG}")("r", r)
+
+    asyncio.run(copy())
+    # Another logic version, prompt and inputs: a 1.1 log recorded none of them.
+    result = asyncio.run(make(logic_version="9", system="new").run(run_id="r", store=store, inputs={"x": b"1"}))
+    assert result.reason == "final_answer"
+    tags = [r.TAG for r in asyncio.run(store.read_log("r"))]
+    assert "resumed" not in tags and "checkpoint_accepted" not in tags
