@@ -619,6 +619,9 @@ def _checkpoint_lines(console: Console, report: RunReport) -> None:
             spent.append(f"{clip(tool, 60)} failed {b.streaks[tool]}" + (f" of {lim}" if lim else "") + " in a row")
         if not failing:
             spent.append("no tool failing")
+        open_step = rec.steps[rec.completed_steps] if len(rec.steps) > rec.completed_steps else None
+        if rec.finished is None and open_step is not None and open_step.output is None and open_step.model_calls:
+            spent.append(f"{len(open_step.model_calls)} of {rec.max_attempts} model call attempts of step {open_step.step}")
         field_line = "; ".join(spent)
         _line(console, ("budgets   ", "bold"), field_line)
 

@@ -130,7 +130,7 @@ class RunReport:
             ],
             tokens=token_totals(rec),
             validity=self.validity,
-            budgets=rec.budgets.to_json() if rec.budgets is not None else None,
+            budgets=budgets_json(rec),
             overrides=[override_json(o) for o in rec.overrides],
         )
         return doc
@@ -155,6 +155,16 @@ def _waiting(e: Execution) -> dict[str, Any]:
     if e.reconcile_check is not None:
         reason += f"; its reconcile could not tell: {e.reconcile_check.reason}"
     return {"id": e.result_id, "kind": "unknown", "tool": e.tool, "args": e.args, "reason": reason}
+
+
+def budgets_json(rec: Recovery) -> dict[str, Any]:
+    """How much of each retry budget the run spent: inspect's `budgets`."""
+    doc = rec.budgets.to_json() if rec.budgets is not None else {"crash_loop": None, "tool_failures": []}
+    done = rec.completed_steps
+    view = rec.steps[done] if len(rec.steps) > done and rec.finished is None else None
+    used = len(view.model_calls) if view is not None and view.output is None else 0
+    doc["model_attempts"] = {"step": done + 1 if view is not None else None, "used": used, "limit": rec.max_attempts}
+    return doc
 
 
 def _crash_loop_waiting(run_id: str, stop: CrashLoopStop) -> dict[str, Any]:
