@@ -79,8 +79,8 @@ def command(
     """Run the agent at TARGET once per line of GOALS_FILE; run it again to resume.
 
     A file whose first non-blank line starts with `{` is JSONL: each line an
-    object with a "goal" and, optionally, a "run_id" (other keys are
-    ignored). Otherwise each non-blank line is one goal. A line without a
+    object with a "goal" and, optionally, a "run_id" and "inputs" (names to
+    file or directory paths, as `run --input`; other keys are ignored). Otherwise each non-blank line is one goal. A line without a
     run id runs as NAME-LLLLL (its line number), so the same command again
     is the resume: finished runs are skipped, interrupted ones resumed, runs
     that need an operator stay parked (the settle commands are printed), and

@@ -1,7 +1,8 @@
 """Exit codes, and the one place where failures become them.
 
     0    success: the run finished (final answer or step budget); verify found no corruption
-    1    failure: the run ended in an error; the model call failed; the store failed;
+    1    failure: the run ended in an error or a tool spent its failure budget; the model
+         call failed; the store failed;
          the log is corrupt (so resume refuses); verify found corruption
     2    bad usage or bad input: unknown or unsafe run id, a run id that exists for `run`,
          a target that cannot be loaded, mark-resolved on an execution that is not an
@@ -11,6 +12,7 @@
     3    the run stopped and needs an operator (an unknown `never` execution or rollback,
          an alert: a failed verification that no rollback undid, or a tool call that waits
          for a person's approval or answer)
+         an alert: a failed verification that no rollback undid, or a crash loop)
     4    the checkpoint is no longer valid: an input, the logic version, the agent's
          configuration or an intermediate product changed since the run started
     130  interrupted (Ctrl-C); the run stays resumable
@@ -100,6 +102,7 @@ _RESULT_CODES = {
     # configured, so scripts see success. `inspect` tells the two apart.
     "max_steps": OK,
     "error": FAILURE,
+    "tool_failures": FAILURE,  # a tool spent its failure budget: the run ended unfinished
 }
 
 

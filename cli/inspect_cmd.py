@@ -44,7 +44,11 @@ def command(
     and - for an unknown `never` action - the exact mark-resolved commands.
     The text lists the last 20 steps (--all for every step, --steps FROM-TO
     for a range); whatever waits for a person is always shown. --json holds
-    every step. Nothing is written: inspect never changes a log.
+    every step. For a stopped run it also shows the checkpoint's validity
+    (this imports the recorded target and re-reads the recorded inputs; if
+    the target cannot be loaded it says "not checked"), every accepted
+    change and lifted crash loop, and how much of the retry budgets the run
+    spent. Nothing is written: inspect never changes a log.
 
     Exit: 0 whenever the log could be read, whatever the run's status (read
     `status` from --json); 2 unknown or unsafe run id.
@@ -67,4 +71,4 @@ def command(
 
 async def _inspect(where: str, run_id: str) -> RunReport:
     async with open_store(where) as store:
-        return await inspect_run(store, run_id)
+        return await inspect_run(store, run_id, validity=True)

@@ -36,7 +36,9 @@ The workflow, with the demo agent of the repository's examples/:
 \b
 Runs live in --dir DIR; the default is $POLYLOOP_DIR, else ./runs.
 Exit codes: 0 success, 1 failure (run error, corrupt log), 2 bad usage or
-bad input, 3 needs an operator, 130 interrupted (the run stays resumable).
+bad input, 3 needs an operator (or a crash loop), 4 the checkpoint is no
+longer valid (an input, the logic version or the agent changed), 130
+interrupted (the run stays resumable).
 
 \b
 Example:

@@ -83,3 +83,33 @@ def step_range(given: str | None, all_steps: bool) -> tuple[int, int] | None:
     if not 1 <= start <= end:
         raise BadInput(f"--steps {given}: FROM must be at least 1 and no more than TO")
     return (start, end)
+
+
+Inputs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--input",
+        metavar="NAME=PATH",
+        help="A file or directory the run depends on (repeatable). Its SHA-256 is recorded "
+        "and compared on every resume.",
+        show_default=False,
+    ),
+]
+
+
+def inputs(given: list[str] | None) -> dict[str, str] | None:
+    """`--input NAME=PATH` options as `{name: path}` (None when none was given)."""
+    if not given:
+        return None
+    out: dict[str, str] = {}
+    for item in given:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise BadInput(f"--input {item!r}: expected NAME=PATH")
+        if name in out:
+            raise BadInput(f"--input {name!r} is given twice")
+        utf8(path, "--input")
+        if not os.path.exists(path):  # before a run id is announced
+            raise BadInput(f"--input {name}: no file or directory {path}")
+        out[name] = path
+    return out

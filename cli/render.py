@@ -34,6 +34,7 @@ from rich.text import Text
 from polyloop import (
     AlertError,
     ApprovalRequiredError,
+    CrashLoopError,
     Execution,
     NeedsOperatorError,
     Recovery,
@@ -307,6 +308,9 @@ def failure(
     if isinstance(exc, ApprovalRequiredError):
         waits_stop(exc.run_id, exc.requests, scope.directory)
         return
+    if isinstance(exc, CrashLoopError):
+        _line(console, ("polyloop: stopped: ", "bold yellow"), clip(message, 10_000))
+        return
     if isinstance(exc, AlertError):
         alert_stop(exc.run_id, exc.executions, scope.directory)
         return
@@ -395,6 +399,12 @@ def run_result(result: RunResult, *, already: bool = False) -> None:
             (f"{verb}: ", "bold yellow"),
             f"the step budget was spent after {steps}, without a final answer",
         )
+    elif result.reason == "tool_failures":
+        _line(
+            err(),
+            ("polyloop: error: ", "bold red"),
+            f"run {result.run_id} {verb} after {steps}, stopped by its failure budget: {clip(result.error, 10_000)}",
+        )
     else:
         _line(
             err(),
@@ -428,6 +438,8 @@ def why(report: RunReport) -> str:
             return f"It finished with a final answer after {steps}."
         if f.reason == "max_steps":
             return f"It finished because the step budget was spent ({steps}, no final answer)."
+        if f.reason == "tool_failures":
+            return f"It ended after {steps} because a tool spent its failure budget: {f.error}."
         return f"It finished with an error after {steps}: {f.error}."
     reason = report.reason
     if report.status == "corrupt":
@@ -645,6 +657,8 @@ def inspect_report(
                 if d.answer is not None:
                     parts.append(f"; answer: {clip(d.answer, 200)}")
             _line(console, *parts)
+    if rec is not None:
+        _checkpoint_lines(console, report)
     if report.problems:
         console.print()
         _line(console, ("problems", "bold red"))
@@ -659,6 +673,59 @@ def inspect_report(
     if rec is not None and report.status != "finished" and rec.waiting_requests():
         _line(console, ("decide    ", "bold"), "nothing of it has run; run one of:")
         _decide_block(console, report.run_id, rec.waiting_requests(), directory)
+
+
+def _difference(d: dict[str, Any]) -> str:
+    """One checkpoint difference: `{what} {name}: {recorded} -> {now}` (hashes shortened)."""
+
+    def short(v: Any) -> str:
+        return "none" if v is None else (str(v)[:12] + "…" if len(str(v)) > 40 else repr(v))
+
+    name = f" {d.get('name')!r}" if d.get("name") else ""
+    where = f" ({d['path']})" if d.get("path") else ""
+    return f"{d.get('what')}{name}{where}: {short(d.get('recorded'))} recorded, {short(d.get('now'))} now"
+
+
+def _checkpoint_lines(console: Console, report: RunReport) -> None:
+    """Validity, overrides and retry budgets (log format 1.2) of `inspect`."""
+    rec = report.recovery
+    assert rec is not None
+    v = report.validity
+    if v is not None:
+        console.print()
+        if v["valid"] is None:
+            _line(console, ("validity  ", "bold"), ("not checked", "yellow"), f": {clip(v['not_checked'], 400)}")
+        elif v["valid"]:
+            _line(console, ("validity  ", "bold"), ("valid", "green"), ": inputs, logic version and configuration unchanged")
+        else:
+            _line(console, ("validity  ", "bold"), ("not valid", "bold red"), ": resume refuses (exit 4):")
+            for d in v["differences"]:
+                _line(console, "  ", clip(_difference(d), 400))
+    if rec.overrides:
+        console.print()
+        _line(console, ("overrides", "bold"))
+        for o in rec.overrides:
+            if o.TAG == "checkpoint_accepted":
+                what = "accepted " + "; ".join(_difference(d) for d in o.differences)
+            else:
+                what = f"lifted a crash loop of {o.resumes} resumes without progress"
+            _line(console, "  ", (clip(o.by, 60), "bold"), f" at {clip(o.at, 40)} {clip(what, 600)}",
+                  f"; reason: {clip(o.reason, 200)}")
+    b = rec.budgets
+    if b is not None and (b.max_resumes is not None or b.limits or b.resumes):
+        limit = f" of {b.max_resumes}" if b.max_resumes is not None else " (no budget)"
+        spent = [f"{b.idle_resumes}{limit} resumes without progress ({b.resumes} resumes in all)"]
+        failing = [t for t in sorted(b.streaks) if b.streaks[t]]
+        for tool in failing:
+            lim = b.limits.get(tool)
+            spent.append(f"{clip(tool, 60)} failed {b.streaks[tool]}" + (f" of {lim}" if lim else "") + " in a row")
+        if not failing:
+            spent.append("no tool failing")
+        open_step = rec.steps[rec.completed_steps] if len(rec.steps) > rec.completed_steps else None
+        if rec.finished is None and open_step is not None and open_step.output is None and open_step.model_calls:
+            spent.append(f"{len(open_step.model_calls)} of {rec.max_attempts} model call attempts of step {open_step.step}")
+        field_line = "; ".join(spent)
+        _line(console, ("budgets   ", "bold"), field_line)
 
 
 # -- mark-resolved -----------------------------------------------------------

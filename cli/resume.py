@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -11,12 +12,41 @@ from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
 from . import alerts, options, render
-from .errors import Scope, failures, result_code
+from .errors import BadInput, Scope, failures, result_code
 
 RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
 
 
-def command(run_id: RunId, directory: options.Directory = None, store_url: options.StoreUrl = None) -> None:
+def command(
+    run_id: RunId,
+    directory: options.Directory = None,
+    store_url: options.StoreUrl = None,
+    input_files: options.Inputs = None,
+    accept_changes: Annotated[
+        bool,
+        typer.Option(
+            "--accept-changes",
+            help="Accept, on the record, every change of the run's inputs, logic version or "
+            "configuration since it started, and continue (needs --reason).",
+        ),
+    ] = False,
+    accept_crash_loop: Annotated[
+        bool,
+        typer.Option(
+            "--accept-crash-loop",
+            help="Lift, on the record, the stop of a run resumed too often without progress "
+            "(needs --reason).",
+        ),
+    ] = False,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", metavar="TEXT", help="Why you accept (written to the log).", show_default=False),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", metavar="NAME", help="Who accepts. Default: user@host.", show_default=False),
+    ] = None,
+) -> None:
     """Continue run ID where it stopped, re-importing the target recorded at its start.
 
     Done executions are skipped and their recorded results reused (no model
@@ -29,26 +59,61 @@ def command(run_id: RunId, directory: options.Directory = None, store_url: optio
     stops the run (exit 3) too. A
     finished run is reported, not re-run; a corrupt log is refused.
 
-    Exit: 0 finished, 1 the run ended in an error (or the log is corrupt, or
-    the model call failed: resume again once fixed), 2 unknown run id, bad
-    input, or the run is held by a live process, 3 needs an operator, 130
-    interrupted.
+    Before anything runs, the run's inputs (re-read from the paths recorded
+    at its start, or the --input given now), logic version and agent
+    configuration are compared with what the log recorded: any change
+    refuses the resume (exit 4) naming it; start over under a new run id,
+    or continue with --accept-changes --reason TEXT (written to the log). A
+    run resumed its crash-loop budget of times without completing a step
+    stops (exit 3) until --accept-crash-loop --reason TEXT lifts it.
+
+    Exit: 0 finished, 1 the run ended in an error or a tool spent its
+    failure budget (or the log is corrupt, or the model call failed: resume
+    again once fixed), 2 unknown run id, bad input, or the run is held by a
+    live process, 3 needs an operator (or a crash loop), 4 the checkpoint is
+    no longer valid, 130 interrupted.
 
     \b
     Example:
       polyloop resume demo
+      polyloop resume demo --accept-changes --reason "contract v2 is the one to use"
     """
     with failures(Scope(run_id=run_id, resumable=True)) as scope:
         scope.directory = where = options.where(directory, store_url)
+        if (accept_changes or accept_crash_loop) and not (reason or "").strip():
+            raise BadInput("--accept-changes and --accept-crash-loop need --reason TEXT (it is written to the log)")
+        options.utf8(reason, "--reason")
+        options.utf8(by, "--by")
+        resume = Resume(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
         since = alerts.now()
         try:
-            result = asyncio.run(_resume(where, run_id))
+            result = asyncio.run(_resume(where, run_id, resume))
         finally:
             alerts.warn_since(where, run_id, since)
         render.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
 
 
-async def _resume(where: str, run_id: str) -> RunResult:
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What the command line asks of this resume besides the run id."""
+
+    inputs: dict[str, str] | None
+    accept_changes: bool
+    accept_crash_loop: bool
+    reason: str | None
+    by: str | None
+
+
+async def _resume(where: str, run_id: str, asked: Resume) -> RunResult:
     async with open_store(where) as store:
-        return await resume_run(run_id, store=store, on_resume=lambda step: render.resume_begins(run_id, step))
+        return await resume_run(
+            run_id,
+            store=store,
+            on_resume=lambda step: render.resume_begins(run_id, step),
+            inputs=asked.inputs,
+            accept_changes=asked.accept_changes,
+            accept_crash_loop=asked.accept_crash_loop,
+            reason=asked.reason,
+            by=asked.by,
+        )

@@ -65,6 +65,7 @@ def command(
             show_default=False,
         ),
     ] = None,
+    input_files: options.Inputs = None,
 ) -> None:
     """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.
 
@@ -72,7 +73,9 @@ def command(
     only the id), then the final answer. The target and its arguments are
     recorded in the log, so `polyloop resume ID` can continue the run after a
     crash. A run id that already has a log is refused: continue that run
-    with `polyloop resume`.
+    with `polyloop resume`. Each `--input NAME=PATH` (a file or a directory)
+    is fingerprinted (SHA-256) with the agent's logic version and
+    configuration; resume refuses (exit 4) when any of them changed.
 
     Exit: 0 finished (final answer, or step budget spent), 1 the run ended in
     an error, 2 bad input (target, id, flags), 3 an unknown `never` action
@@ -83,12 +86,14 @@ def command(
     \b
     Example:
       polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
+      polyloop run agent.py:agent --goal "review it" --input contract=data/contract.pdf
     """
     with failures(Scope(resumable=True)) as scope:
         scope.directory = where = options.where(directory, store_url)
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")
         options.utf8(goal, "--goal")
+        given = options.inputs(input_files)
         if not options.is_url(where) and JsonlStore(where).exists(rid):
             raise RunExistsError(rid)  # before the target is imported and an id announced
         agent = load_target(target)  # fail on a bad target before announcing a run id
@@ -97,13 +102,17 @@ def command(
         render.run_begins(rid, log)
         since = alerts.now()
         try:
-            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent))
+            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
         finally:
             alerts.warn_since(where, rid, since)
         render.run_result(result)
     raise typer.Exit(result_code(result.reason))
 
 
-async def _run(where: str, target: str, goal: str, run_id: str, max_steps: int | None, agent: Agent) -> RunResult:
+async def _run(
+    where: str, target: str, goal: str, run_id: str, max_steps: int | None, agent: Agent, inputs: dict[str, str] | None
+) -> RunResult:
     async with open_store(where) as store:
-        return await run_target(target, goal=goal, store=store, run_id=run_id, max_steps=max_steps, agent=agent)
+        return await run_target(
+            target, goal=goal, store=store, run_id=run_id, max_steps=max_steps, agent=agent, inputs=inputs
+        )

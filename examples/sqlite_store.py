@@ -243,6 +243,16 @@ class SqliteStore:
 
     async def write_decision(self, run_id: str, record: Record) -> None:
         """Append a person's approval, denial or answer (log format 1.2). Durable before it returns."""
+    async def write_checkpoint_accepted(self, run_id: str, record: Record) -> None:
+        """Append accepted checkpoint changes (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
+    async def write_resumed(self, run_id: str, record: Record) -> None:
+        """Append the mark of a resume (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
+    async def write_crash_loop_accepted(self, run_id: str, record: Record) -> None:
+        """Append a lifted crash loop (log format 1.2). Durable before it returns."""
         await self._write(run_id, record, durable=True)
 
     async def read_log(self, run_id: str) -> list[Record]:

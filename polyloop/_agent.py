@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +14,10 @@ from ._ids import check_run_id, new_run_id
 from ._loop import _Run, held, read_or_none, verdict, walk_off_loop
 from ._model import Model
 from ._records import FinishReason, RunStarted, encode
+from ._resume import Resume
 from ._store import Store
 from ._tools import Tool
+from ._validity import checkpoint_config
 
 DEFAULT_DIRECTORY = "runs"
 
@@ -30,10 +33,11 @@ class RunResult:
 
     Attributes:
         run_id: the run.
-        reason: `final_answer`, `max_steps` or `error`.
+        reason: `final_answer`, `max_steps`, `error` or `tool_failures` (a
+            tool failed its failure budget of times in a row; log format 1.2).
         text: the final answer (None unless reason is `final_answer`).
         steps: how many steps the run completed.
-        error: why it ended, when reason is `error`.
+        error: why it ended, when reason is `error` or `tool_failures`.
         already_finished: the run had finished before this call (nothing ran).
     """
 
@@ -77,6 +81,21 @@ class Agent:
             declares no `approval` of its own waits for a person's approval
             (default). Pass False to opt out explicitly; the opt-out is
             recorded in `run_started` (`config.approve_irreversible: false`).
+        logic_version: what the run's logic is, recorded at the start and
+            compared on every resume (a change refuses the resume with
+            `CheckpointError`): a string you bump on release, `"auto"` (a
+            SHA-256 of the source files of the module that built the agent,
+            its tools' modules and its model's module; see
+            docs/how-to/change-an-agent-safely.md for what that misses), or
+            None (recorded as null; compared all the same).
+        max_tool_failures: the default failure budget of every tool: a tool
+            that returns an error observation this many times in a row in
+            one run ends it with reason `tool_failures`. A tool's own
+            `@tool(max_failures=N)` wins. None: no budget.
+        max_resumes_without_progress: the crash-loop budget: once a run was
+            resumed this many times without completing a step, the next
+            resume stops with `CrashLoopError` (exit code 3) until a person
+            lifts it. None: no budget.
     """
 
     def __init__(
@@ -90,11 +109,25 @@ class Agent:
         retry_backoff: float = 1.0,
         on_alert: Callable[[dict[str, Any]], Any] | None = None,
         approve_irreversible: bool = True,
+        logic_version: str | None = None,
+        max_tool_failures: int | None = 3,
+        max_resumes_without_progress: int | None = 5,
     ) -> None:
         if type(approve_irreversible) is not bool:
             raise TypeError("approve_irreversible must be True or False")
         _check_count("max_steps", max_steps)
         _check_count("max_attempts", max_attempts)
+        for name, value in (("max_tool_failures", max_tool_failures),
+                            ("max_resumes_without_progress", max_resumes_without_progress)):
+            if value is not None:
+                _check_count(name, value)
+        if logic_version is not None and (not isinstance(logic_version, str) or not logic_version):
+            raise InvalidInputError(f"logic_version must be a non-empty string, 'auto' or None, not {logic_version!r}")
+        self.logic_version = logic_version
+        self.max_tool_failures = max_tool_failures
+        self.max_resumes_without_progress = max_resumes_without_progress
+        # Where the agent was built: the first file `logic_version="auto"` hashes.
+        self._origin: str | None = sys._getframe(1).f_code.co_filename
         self.model = model
         self.tools = list(tools)
         for t in self.tools:
@@ -111,8 +144,16 @@ class Agent:
         self.on_alert = on_alert
         self.approve_irreversible = approve_irreversible
 
-    def config(self, max_steps: int | None = None) -> dict[str, Any]:
-        """The configuration recorded in `run_started`."""
+    def config(self, max_steps: int | None = None, *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The configuration recorded in `run_started`.
+
+        Since log format 1.2 it also holds what `resume` compares: the
+        logic version, a SHA-256 per input (`inputs`, see `run`) and per
+        part of this configuration, and the retry budgets.
+
+        Raises:
+            InvalidInputError: an input cannot be read.
+        """
         describe = getattr(self.model, "describe", None)
         model = describe() if callable(describe) else {"type": type(self.model).__name__}
         config = {
@@ -121,6 +162,9 @@ class Agent:
             "model": model,
             "tools": [_tool_config(t, self.approve_irreversible) for t in self.tools],
             "max_attempts": self.max_attempts,
+            "max_tool_failures": self.max_tool_failures,
+            "max_resumes_without_progress": self.max_resumes_without_progress,
+            **checkpoint_config(self, inputs),
         }
         if not self.approve_irreversible:  # the explicit opt-out is part of the record
             config["approve_irreversible"] = False
@@ -135,6 +179,11 @@ class Agent:
         target: str | None = None,
         max_steps: int | None = None,
         new: bool = False,
+        inputs: Mapping[str, Any] | None = None,
+        accept_changes: bool = False,
+        accept_crash_loop: bool = False,
+        reason: str | None = None,
+        by: str | None = None,
     ) -> RunResult:
         """Run towards `goal`; with a `run_id` that has a log, resume that run.
 
@@ -157,6 +206,21 @@ class Agent:
                 `module:name`), recorded so that `polyloop resume` needs only the id.
             max_steps: the step budget of a new run (default: the agent's).
             new: refuse (`RunExistsError`) instead of resuming an existing run.
+            inputs: what the run depends on, `{name: path or bytes}`: a
+                file, a directory (hashed over its relative paths and
+                contents) or bytes. A new run records a SHA-256 of each (and
+                the path); a resume compares them again, re-reading each
+                recorded path unless `inputs` is given (then exactly these
+                are the run's inputs now).
+            accept_changes: when resuming, accept every difference of the
+                checkpoint (inputs, logic version, configuration) on the
+                record (`checkpoint_accepted`) instead of refusing; needs
+                `reason`. Without a difference it writes nothing.
+            accept_crash_loop: when resuming a run stopped as a crash loop,
+                lift the stop on the record (`crash_loop_accepted`); needs
+                `reason`.
+            reason: why (written to the log with an acceptance).
+            by: who accepts (and who resumed); default `user@host`.
 
         Returns:
             The `RunResult`; `run_finished` is durable before it is returned.
@@ -170,6 +234,11 @@ class Agent:
             RunActiveError: another process holds the run.
             RunExistsError: `new=True` and the run id already has a log.
             RunMismatchError: `goal` or `max_steps` differ from the recorded ones.
+            CheckpointError: resuming, an input, the logic version or the
+                configuration changed since the start (nothing was written).
+            CrashLoopError: resuming, the run was resumed its crash-loop
+                budget of times without completing a step (nothing was written).
+            InvalidInputError: an input cannot be read, or an acceptance has no reason.
             ModelCallError: the model call failed; the run stays resumable.
             StoreError: the store failed; the run stops and stays resumable.
         """
@@ -180,23 +249,35 @@ class Agent:
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         if max_steps is not None:
             _check_count("max_steps", max_steps)
+        resume = Resume(inputs, accept_changes, accept_crash_loop, reason, by)
+        resume.check()
         started = None
+        unreadable: InvalidInputError | None = None  # refuses a new run; a resume names it as a difference
         if goal is not None:
             # Everything a new run would record is checked before the first
             # byte (lock file included) is written.
-            started = RunStarted(run_id=run_id, goal=goal, target=target, config=self.config(max_steps))
+            try:
+                config = self.config(max_steps, inputs=inputs)
+            except InvalidInputError as exc:
+                unreadable, config = exc, {}
+            started = RunStarted(run_id=run_id, goal=goal, target=target, config=config)
             try:
                 encode(started)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"run {run_id!r} cannot be recorded: {exc}") from None
+        if unreadable is not None and (new or await read_or_none(store, run_id) is None):
+            raise unreadable  # a new run: refused before the lock (and its file) is taken
         if new and await read_or_none(store, run_id) is not None:
             raise RunExistsError(run_id)  # before the lock, which would trim a torn tail
         async with held(store, run_id) as records:
             if records is None:
                 if started is None:
                     raise ValueError("a new run needs a goal (an empty string is allowed)")
+                if unreadable is not None:
+                    raise unreadable
                 await _write_started(store, started)
                 records = [started]
+                resume = None
             elif new:
                 raise RunExistsError(run_id)
             walker = verdict(await walk_off_loop(records, run_id), run_id)
@@ -206,7 +287,7 @@ class Agent:
             recorded = max_steps_of(walker.started)
             if max_steps is not None and max_steps != recorded:
                 raise RunMismatchError(run_id, "max_steps", recorded, max_steps)
-            return await _Run(self, store, walker).go()
+            return await _Run(self, store, walker, resume).go()
 
 
 # A step budget beyond this is a typo, not a plan; it also keeps every count
@@ -216,6 +297,8 @@ MAX_COUNT = 1_000_000_000
 
 def _tool_config(t: Tool, approve_irreversible: bool = True) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": t.name, "replay": t.replay}
+    if t.max_failures is not None:
+        entry["max_failures"] = t.max_failures
     guards = t.guard_config()
     if guards is not None:  # only then: the config of an unguarded agent is the 1.0 one
         entry["guards"] = guards

@@ -188,6 +188,13 @@ def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: boo
             error='"inputs" is not supported yet by this version of polyloop '
             "(Agent.run takes no inputs); remove it from the line, or put what the run needs in its goal",
         )
+    if inputs is not None and not (
+        isinstance(inputs, dict) and all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in inputs.items())
+    ):
+        return BatchLine(
+            number, run_id, goal=goal,
+            error='"inputs" must be an object of input names to file or directory paths ({"contract": "a.pdf"})',
+        )
     return BatchLine(number, run_id, goal=goal, inputs=inputs, digest=goal_digest(goal, inputs))
 
 

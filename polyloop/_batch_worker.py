@@ -26,7 +26,9 @@ from typing import Any
 from ._agent import Agent, RunResult
 from ._batch_report import BatchRun, Status
 from ._errors import (
+    CheckpointError,
     CorruptLogError,
+    CrashLoopError,
     NeedsOperatorError,
     PolyLoopError,
     RunActiveError,
@@ -215,12 +217,18 @@ class _Worker:
                 return _finished(run_id, line, result, "skipped")
             if status == "needs_operator":
                 waiting = _waiting_of(doc)
-                return entry("needs_operator", _unknown(waiting), "skipped", before, waiting)
+                why = doc["reason"] if any(w.get("kind") != "unknown" for w in waiting) else _unknown(waiting)
+                return entry("needs_operator", why, "skipped", before, waiting)
         extra = {"inputs": inputs} if inputs is not None else {}
         try:
             result = await self.agent.run(
                 goal, run_id=run_id, store=self.counting, target=self.target, **extra  # type: ignore[arg-type]
             )
+        except CrashLoopError as exc:
+            crash = {"id": run_id, "kind": "crash_loop", "tool": exc.tool, "args": None, "step": exc.step}
+            return entry("needs_operator", str(exc), action, before, [crash])
+        except CheckpointError as exc:  # what the line's run depends on changed since it started
+            return entry("changed", str(exc), "none", before)
         except NeedsOperatorError as exc:
             steps = before + self.counting.steps.get(run_id, 0)
             waiting = _waiting(exc.executions)
@@ -242,6 +250,8 @@ class _Worker:
 def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRun:
     if result.reason == "error":
         return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}", action)
+    if result.reason == "tool_failures":  # exit code 1 for `polyloop run` too
+        return BatchRun(run_id, line, "failed", result.steps, f"a tool spent its failure budget: {result.error}", action)
     return BatchRun(run_id, line, "finished", result.steps, result.reason, action)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._decision_walk import DecisionHandlers, RequestView, approvals_of, check_approval_config
+from ._budget_walk import BudgetHandlers
 from ._errors import CorruptLogError, Problem
 from ._calls_walk import CallHandlers, tool_calls_of
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
@@ -42,11 +43,14 @@ from ._records import (
     ActionResult,
     ApprovalRequest,
     Decision,
+    CheckpointAccepted,
+    CrashLoopAccepted,
     GuardCheck,
     Intent,
     ModelCallResult,
     Record,
     Resolution,
+    Resumed,
     RunFinished,
     RunStarted,
     StepCompleted,
@@ -175,7 +179,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
+class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -203,6 +207,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
         self.guards: dict[str, dict[str, Any]] = {}
         self.approvals: dict[str, str] = {}
         self.requests: dict[str, RequestView] = {}
+        self._init_budgets()
         self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
             RunStarted: self._run_started,
             Intent: self._intent,
@@ -214,6 +219,9 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
             ActionResult: self._action_result,
             ApprovalRequest: self._approval_request,
             Decision: self._decision,
+            CheckpointAccepted: self._checkpoint_accepted,
+            Resumed: self._resumed,
+            CrashLoopAccepted: self._crash_loop_accepted,
         }
 
     # -- feeding ------------------------------------------------------------------
@@ -264,6 +272,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
             self.minor = int(rec.schema_version.split(".")[1])
             self.guards = guards_of(rec.config)
             self.approvals = approvals_of(rec.config)
+            bad = self._budgets_from(rec)
         self.max_steps = max_steps_of(rec)
         self.max_attempts = max_attempts_of(rec)
         return bad
@@ -293,6 +302,8 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
             return 14, f"intent for step {rec.step} after step {rec.step - 1} gave the final answer"
         if self.max_steps is not None and rec.step > self.max_steps:
             return 14, f"intent for step {rec.step} beyond the step budget of {self.max_steps}"
+        if self.exhausted is not None:
+            return self._budget_intent(rec)
         if len(self.steps) < rec.step:
             self.steps.append(_Step(rec.step))
         st = self.steps[rec.step - 1]
@@ -435,6 +446,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
             x.result = rec
         st.completed = rec
         self.completed_steps += 1
+        self._step_done(st, rec.is_error)
         return None
 
     def _resolution(self, rec: Resolution, index: int) -> tuple[int, str] | None:
@@ -467,6 +479,9 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
         self.finished = rec  # even when refused: nothing may follow it
         if rec.steps != done:
             return 12, f"run_finished counts {rec.steps} steps, the log completes {done}"
+        bad = self._budget_finish(rec)
+        if bad is not None:
+            return bad
         open_step = self.open_step
         if open_step is not None and rec.reason != "error":
             return 12, f"run_finished ({rec.reason}) while step {open_step.step} is open"
@@ -476,6 +491,8 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
         elif rec.reason == "max_steps":
             if self.max_steps is not None and done != self.max_steps:
                 return 12, f"run_finished says max_steps after {done} steps, but the budget is {self.max_steps}"
+        elif rec.reason == "tool_failures":
+            pass  # _budget_finish checked it
         elif open_step is None or open_step.output is not None or not open_step.model_calls:
             return 12, "run_finished says error, but no step ran out of model call attempts"
         return None
@@ -539,6 +556,8 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers):
             resolutions=tuple(self._resolutions),
             requests=tuple(RequestView(r.result_id, r.kind, r.step, r.tool, r.args, r.request, r.decision, r.index)
                            for r in self.requests.values()),
+            budgets=self.budgets,
+            overrides=tuple(self.overrides),
         )
 
     def blocking(self) -> list[_Exec]:

@@ -14,6 +14,8 @@
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
     │   ├── AlertError         a failed verification no rollback undid must be settled first
     │   └── ApprovalRequiredError  a tool call waits for a person's approval or answer
+    │   └── CrashLoopError     the run was resumed too often without progress (log format 1.2)
+    ├── CheckpointError        what the run depends on changed since it started (exit code 4)
     ├── ResolutionError        mark-resolved named something that waits for nobody
     ├── DecisionError          approve/deny/answer refused: no such open request, or a mismatch
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
@@ -298,6 +300,37 @@ class DecisionError(PolyLoopError):
         self.request_id = request_id
         self.why = why
         super().__init__(f"cannot decide {request_id!r} of run {run_id!r}: {why}")
+class CrashLoopError(NeedsOperatorError):
+    """The run was resumed its crash-loop budget of times without completing a step (log format 1.2).
+
+    The process keeps dying at the same point (out of memory, a segfault in
+    a tool), so resuming once more would most likely die there too. Nothing
+    was written. A person looks at why, then lifts the stop on the record
+    with `polyloop resume RUN --accept-crash-loop --reason TEXT` (Python:
+    `accept_crash_loop=True, reason=...`). Differs from its base: nothing
+    is unknown; the run itself is suspect.
+
+    Attributes:
+        resumes: resumes since the last completed step.
+        limit: the budget recorded at the start (`max_resumes_without_progress`).
+        step: the step it keeps dying in.
+        tool: the tool of that step's latest action, if it has one.
+    """
+
+    def __init__(self, run_id: str, resumes: int, limit: int, step: int, tool: str | None = None) -> None:
+        self.run_id = run_id
+        self.executions = ()
+        self.resumes = resumes
+        self.limit = limit
+        self.step = step
+        self.tool = tool
+        where = f"step {step}" + (f" ({tool})" if tool else "")
+        PolyLoopError.__init__(
+            self,
+            f"run {run_id!r} is in a crash loop: resumed {resumes} times without completing a step "
+            f"(its budget is {limit}); it keeps dying in {where}. Find out why, then lift the stop with "
+            f"`polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT`",
+        )
 
 
 class CheckpointError(PolyLoopError):

@@ -8,11 +8,23 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._classify import Execution, Recovery, Walker
-from ._errors import CorruptLogError, Problem, ResolutionError
+from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError
 from ._ids import check_run_id
 from ._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
-from ._plan import AlertStop, AwaitDecision, CallModel, Finished, NeedsOperator, Next, describe, plan, waits_for
-from ._records import Record, Resolution, representable
+from ._plan import (
+    AlertStop,
+    AwaitDecision,
+    CallModel,
+    CrashLoopStop,
+    Finished,
+    NeedsOperator,
+    Next,
+    crash_loop_reason,
+    describe,
+    plan,
+    waits_for,
+)
+from ._records import CheckpointAccepted, Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
@@ -26,7 +38,7 @@ class RunReport:
         run_id: the run.
         status: `finished`, `needs_operator`, `resumable`, `corrupt` or
             `active` (a live process holds it).
-        reason: why it finished (`final_answer`, `max_steps`, `error`) or,
+        reason: why it finished (`final_answer`, `max_steps`, `error`, `tool_failures`) or,
             for any other status, why it stopped, in one sentence.
         next: what `polyloop resume` would do next, in one sentence.
         recovery: the classification (None when the log is corrupt).
@@ -34,6 +46,12 @@ class RunReport:
         problems: why the log is corrupt (empty unless `status == "corrupt"`).
         holder: who holds the run when it is active.
         torn_line: the line where a torn tail starts, if the store knows one.
+        validity: the checkpoint verdict of a stopped run (log format 1.2),
+            when asked for (`inspect_run(..., validity=True)`):
+            `{"valid": bool, "differences": [...], "not_checked": None}`, or
+            `{"valid": None, "differences": [], "not_checked": WHY}` when
+            the target could not be loaded; None for a finished, active or
+            corrupt run, or when not asked.
     """
 
     run_id: str
@@ -45,6 +63,7 @@ class RunReport:
     problems: tuple[Problem, ...] = ()
     holder: str | None = None
     torn_line: int | None = None
+    validity: dict[str, Any] | None = None
 
     @property
     def waiting(self) -> list[dict[str, Any]]:
@@ -53,13 +72,18 @@ class RunReport:
         Each entry is `{"id", "kind", "tool", "args", "reason"}`; `id` is what
         the settling command takes (`polyloop mark-resolved RUN ID ...` for
         kinds `unknown` and `alert`, `polyloop approve` / `deny` for kind
-        `approval`, `polyloop answer` for kind `answer`). A run held by a
-        live process waits for nobody yet.
+        `approval`, `polyloop answer` for kind `answer`; for kind `crash_loop`
+        it is the run id: `polyloop resume RUN --accept-crash-loop --reason
+        TEXT`). A run held by a live process waits for nobody yet.
         """
         rec = self.recovery
         if rec is None or rec.finished is not None:
             return []
-        return [_waiting(e) for e in rec.blocking] + [_waiting_request(r, self.run_id) for r in rec.waiting_requests()]
+        requests = [_waiting_request(r, self.run_id) for r in rec.waiting_requests()]
+        if not rec.blocking and not requests:
+            nxt = plan(rec)
+            return [_crash_loop_waiting(self.run_id, nxt)] if isinstance(nxt, CrashLoopStop) else []
+        return [_waiting(e) for e in rec.blocking] + requests
 
     def __repr__(self) -> str:
         # Short on purpose, like Recovery's: the records of a long run are many.
@@ -109,6 +133,9 @@ class RunReport:
                 for r in rec.resolutions
             ],
             tokens=token_totals(rec),
+            validity=self.validity,
+            budgets=budgets_json(rec),
+            overrides=[override_json(o) for o in rec.overrides],
         )
         if rec.requests:  # log format 1.2: only runs whose tool calls waited for a person
             doc["requests"] = [request_json(r) for r in rec.requests]
@@ -164,6 +191,33 @@ def request_json(r: Any) -> dict[str, Any]:
             "answer": d.answer,
         },
     }
+
+
+def budgets_json(rec: Recovery) -> dict[str, Any]:
+    """How much of each retry budget the run spent: inspect's `budgets`."""
+    doc = rec.budgets.to_json() if rec.budgets is not None else {"crash_loop": None, "tool_failures": []}
+    done = rec.completed_steps
+    view = rec.steps[done] if len(rec.steps) > done and rec.finished is None else None
+    used = len(view.model_calls) if view is not None and view.output is None else 0
+    doc["model_attempts"] = {"step": done + 1 if view is not None else None, "used": used, "limit": rec.max_attempts}
+    return doc
+
+
+def _crash_loop_waiting(run_id: str, stop: CrashLoopStop) -> dict[str, Any]:
+    e = stop.execution
+    tool = getattr(e, "tool", None)
+    return {"id": run_id, "kind": "crash_loop", "tool": tool, "args": getattr(e, "args", None) if tool else None,
+            "reason": crash_loop_reason(stop)}
+
+
+def override_json(o: Any) -> dict[str, Any]:
+    """A `checkpoint_accepted` or `crash_loop_accepted` record as `inspect --json` lists it."""
+    doc: dict[str, Any] = {"record": o.TAG, "by": o.by, "at": o.at, "reason": o.reason}
+    if isinstance(o, CheckpointAccepted):
+        doc["differences"] = o.differences
+    else:
+        doc["resumes"] = o.resumes
+    return doc
 
 
 def _check_json(c: Any) -> dict[str, Any] | None:
@@ -224,10 +278,18 @@ def token_totals(rec: Recovery) -> dict[str, int]:
     return spent
 
 
-async def inspect_run(store: Store, run_id: str) -> RunReport:
+async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> RunReport:
     """Read and judge a run's log without changing anything.
 
     The log is read once and classified off the event loop when it is long.
+
+    Args:
+        store: where the run lives.
+        run_id: the run.
+        validity: for a stopped run, also compare its checkpoint with the
+            agent now (`RunReport.validity`): this imports the recorded
+            target (running its module's top-level code) and re-reads the
+            recorded inputs.
 
     Returns:
         A `RunReport`; a corrupt log is reported (status `corrupt`), not raised.
@@ -261,6 +323,13 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
     nxt = plan(walker)
     status, reason = _status(recovery, nxt, holder)
     next_action = describe(nxt, run_id)
+    verdict_now = None
+    if validity and status in ("resumable", "needs_operator"):
+        verdict_now = _validity(walker)
+        if verdict_now["valid"] is False and not isinstance(nxt, (NeedsOperator, AlertStop)):
+            from ._validity import refusal
+
+            next_action = f"refuse (exit code 4): {refusal(run_id, verdict_now['differences'])}"
     if status == "active":
         next_action = f"nothing while it is active; once it is not: {next_action}"
     return RunReport(
@@ -272,7 +341,27 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         records=records,
         holder=holder,
         torn_line=torn_line,
+        validity=verdict_now,
     )
+
+
+def _validity(walker: Walker) -> dict[str, Any]:
+    """The checkpoint verdict of a stopped run, or why it was not checked."""
+    from ._target import load_target
+    from ._validity import differences
+
+    started = walker.started
+    assert started is not None
+    if not started.target:
+        return {"valid": None, "differences": [], "not_checked": "no target recorded (the run was started from Python)"}
+    try:
+        agent = load_target(started.target)
+        diffs = differences(started, walker.accepted, agent)
+    except PolyLoopError as exc:
+        return {"valid": None, "differences": [], "not_checked": str(exc)}
+    except Exception as exc:  # the agent's own code (a model's describe()) failed
+        return {"valid": None, "differences": [], "not_checked": f"{type(exc).__name__}: {exc}"}
+    return {"valid": not diffs, "differences": diffs, "not_checked": None}
 
 
 async def _recovery_off_loop(walker: Walker) -> Recovery | None:
@@ -314,6 +403,8 @@ def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, st
         what = f"asks a person: {r.args.get('question', '')!r}" if r.kind == "answer" else "waits for approval"
         more = f" (and {len(nxt.requests) - 1} more)" if len(nxt.requests) > 1 else ""
         return "needs_operator", f"{r.tool} ({r.result_id}, step {r.step}) {what}{more}"
+    if isinstance(nxt, CrashLoopStop):
+        return "needs_operator", crash_loop_reason(nxt)
     if isinstance(nxt, NeedsOperator) and nxt.executions[0].kind == "rollback":
         return "needs_operator", _waiting(nxt.executions[0])["reason"]
     if isinstance(nxt, NeedsOperator):

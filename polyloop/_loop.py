@@ -44,6 +44,7 @@ from ._plan import (
     CallModel,
     Complete,
     ContinueAction,
+    FinishToolFailures,
     Reconcile,
     Rollback,
     Verify,
@@ -61,12 +62,15 @@ from ._plan import (
 from ._records import (
     ActionResult,
     ApprovalRequest,
+    CheckpointAccepted,
+    CrashLoopAccepted,
     FinishReason,
     GuardCheck,
     Intent,
     ModelCallResult,
     Record,
     Resolution,
+    Resumed,
     RunFinished,
     StepCompleted,
     representable,
@@ -76,6 +80,7 @@ from ._tools import Tool, ToolContext, call_guard, guard_verdict, observation_te
 
 if TYPE_CHECKING:
     from ._agent import Agent, RunResult
+    from ._resume import Resume
 
 # Classifying a log this long moves off the event loop (other runs share it).
 _OFF_LOOP_RECORDS = 2_000
@@ -230,8 +235,9 @@ def _usage_json(usage: Any) -> dict[str, int] | None:
 class _Run:
     """One pass of the loop over a run, from its walker's state to its end."""
 
-    def __init__(self, agent: Agent, store: Store, walker: Walker) -> None:
+    def __init__(self, agent: Agent, store: Store, walker: Walker, resume: Resume | None = None) -> None:
         assert walker.started is not None
+        self.resume = resume  # None: a new run, nothing to check before it goes
         self.agent = agent
         self.store = store
         self.walker = walker
@@ -253,6 +259,9 @@ class _Run:
             GuardCheck: getattr(store, "write_guard_check", None),
             ActionResult: getattr(store, "write_action_result", None),
             ApprovalRequest: getattr(store, "write_approval_request", None),
+            CheckpointAccepted: getattr(store, "write_checkpoint_accepted", None),
+            Resumed: getattr(store, "write_resumed", None),
+            CrashLoopAccepted: getattr(store, "write_crash_loop_accepted", None),
         }
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -265,6 +274,9 @@ class _Run:
         check_recorded(self)
 
     async def go(self) -> RunResult:
+        if self.resume is not None:
+            await self.resume.open(self)  # before anything runs: validity, crash loop, the count
+        self.walker.live = True
         history = rebuild_history(self.walker)
         while True:
             nxt = plan(self.walker)
@@ -283,6 +295,9 @@ class _Run:
             elif isinstance(nxt, FinishAttempts):
                 error = f"the model call of step {nxt.step} failed {nxt.attempts} times"
                 return await self._finish("error", None, error=error)
+            elif isinstance(nxt, FinishToolFailures):
+                error = f"tool {nxt.tool!r} failed {nxt.failures} times in a row (its failure budget)"
+                return await self._finish("tool_failures", None, error=error)
             elif isinstance(nxt, NeedsOperator):
                 raise NeedsOperatorError(self.run_id, nxt.executions)
             elif isinstance(nxt, AwaitDecision):
@@ -301,7 +316,7 @@ class _Run:
             elif isinstance(nxt, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
                 await self._guarded(nxt, history)
             else:
-                assert isinstance(nxt, Finished)
+                assert isinstance(nxt, Finished), nxt  # CrashLoopStop: a resume's, never a live plan
                 return self._recorded_result()
 
     def _recorded_result(self) -> RunResult:
@@ -555,9 +570,12 @@ class _Run:
         return RunResult(self.run_id, reason, text, steps, error)
 
 
-_MINOR = {"guard_check": 1, "action_result": 1, "approval_request": 2}
-_NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools",
-              "approval_request": "tools that wait for approval or an answer"}
+_MINOR = {"guard_check": 1, "action_result": 1, "approval_request": 2, "checkpoint_accepted": 2, "resumed": 2,
+          "crash_loop_accepted": 2}
+_NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools and steps of several tool calls",
+              "approval_request": "tools that wait for approval or an answer",
+              "checkpoint_accepted": "accepting changes", "resumed": "counting resumes",
+              "crash_loop_accepted": "lifting a crash loop"}
 
 
 _PENDING = (RunAction, ContinueAction, Verify, Rollback, Reconcile)

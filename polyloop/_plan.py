@@ -171,6 +171,29 @@ class Complete:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishToolFailures:
+    """`tool` returned an error `failures` times in a row, its budget: end the run (log format 1.2)."""
+
+    tool: str
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class CrashLoopStop:
+    """The run was resumed `resumes` times without completing a step: stop for a person (1.2).
+
+    `step` is the step it keeps dying in; `execution` that step's latest
+    action (or model call), where it dies (None when the step has no record).
+    Only a resume decides this; the run loop's own plans never do.
+    """
+
+    resumes: int
+    limit: int
+    step: int
+    execution: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class StepCalls:
     """A step of several tool calls (log format 1.2): one move per call, in the calls' order.
 
@@ -241,6 +264,8 @@ Next = Union[
     StepCalls,
     AwaitDecision,
     Decided,
+    FinishToolFailures,
+    CrashLoopStop,
 ]
 
 # A call's moves that say its outcome: nothing is left to run for it.
@@ -268,6 +293,11 @@ def plan(state: Recovery | Walker) -> Next:
         if blocking[0].state == "alert":
             return AlertStop(tuple(blocking))
         return NeedsOperator(tuple(blocking))
+    budgets = state.budgets if isinstance(state, Recovery) else state
+    if budgets is not None and not getattr(state, "live", False):
+        stop = _crash_loop(state, budgets)
+        if stop is not None:
+            return stop
     done = state.completed_steps
     view = steps[done] if len(steps) > done else None
     if view is None:
@@ -275,6 +305,8 @@ def plan(state: Recovery | Walker) -> Next:
         if last is not None and not last.actions and _tool_call(last.output) is None:
             out = last.output.output if last.output is not None else None
             return FinishFinal(last.step, out.get("text") if out else None)
+        if budgets is not None and budgets.exhausted is not None:
+            return FinishToolFailures(*budgets.exhausted)
         if state.max_steps is not None and done >= state.max_steps:
             return FinishBudget(state.max_steps)
         return CallModel(done + 1, 1)
@@ -319,6 +351,19 @@ def _call_move(state: Recovery | Walker, step: int, k: int | None, attempts: Seq
         return RunAction(step, last.attempt + 1, call["name"], call["args"], "reconciled", call=k)
     why = "rerun" if res is not None else "replay"
     return RunAction(step, last.attempt + 1, call["name"], call["args"], why, call=k)
+
+
+def _crash_loop(state: Recovery | Walker, budgets: Any) -> CrashLoopStop | None:
+    """A resume's stop once `max_resumes_without_progress` resumes completed no step."""
+    limit = budgets.max_resumes
+    if limit is None or budgets.idle_resumes < limit:
+        return None
+    step = state.completed_steps + 1
+    view = state.steps[step - 1] if len(state.steps) >= step else None
+    last = None
+    if view is not None:
+        last = view.actions[-1] if view.actions else (view.model_calls[-1] if view.model_calls else None)
+    return CrashLoopStop(budgets.idle_resumes, limit, step, last)
 
 
 def _gated(
@@ -385,6 +430,21 @@ def _guarded(step: int, last: Any, call: dict[str, Any], k: int | None = None) -
     return None
 
 
+def crash_loop_reason(stop: CrashLoopStop) -> str:
+    """Why a crash loop stops the run, in one clause."""
+    e = stop.execution
+    if e is None:
+        where = f"step {stop.step} before its first record"
+    elif e.kind == "model_call":
+        where = f"step {stop.step}, at its model call ({e.result_id})"
+    else:
+        where = f"step {stop.step}, at {e.tool} ({e.result_id})"
+    return (
+        f"the run was resumed {stop.resumes} times without completing a step (its crash-loop budget "
+        f"is {stop.limit}); it keeps dying in {where}"
+    )
+
+
 def _why(check: Any) -> str:
     return check.reason or "the verification returned False"
 
@@ -426,6 +486,13 @@ def describe(nxt: Next, run_id: str) -> str:
     if isinstance(nxt, Decided):
         how = "the denial" if nxt.is_error else "the recorded answer"
         return f"complete step {nxt.step} with {how} ({nxt.tool}, {nxt.request_id}) and continue"
+    if isinstance(nxt, CrashLoopStop):
+        return (
+            f"stop: {crash_loop_reason(nxt)}; find out why, then lift the stop with "
+            f"`polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT`"
+        )
+    if isinstance(nxt, FinishToolFailures):
+        return f"finish the run: {nxt.tool} failed {nxt.failures} times in a row, its failure budget"
     if isinstance(nxt, ContinueAction):
         return f"check the precondition of {nxt.tool} (step {nxt.step}), then run it: it has not run yet"
     if isinstance(nxt, AbortAction):

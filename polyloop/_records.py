@@ -31,7 +31,7 @@ SUPPORTED_MAJOR = 1
 
 Kind = Literal["model_call", "action", "rollback"]
 Replay = Literal["safe", "never"]
-FinishReason = Literal["final_answer", "max_steps", "error"]
+FinishReason = Literal["final_answer", "max_steps", "error", "tool_failures"]
 Outcome = Literal["executed", "not_executed"]
 Guard = Literal["precondition", "verify", "reconcile"]
 RollbackKind = Literal["undo", "compensate", "alert"]
@@ -39,6 +39,9 @@ Source = Literal["operator", "reconcile"]
 RequestKind = Literal["approval", "answer"]
 DecisionKind = Literal["approved", "denied", "answered"]
 
+
+# What a checkpoint difference (`CheckpointError.differences`, `checkpoint_accepted`) can name.
+DIFFERENCE_KINDS = ("input", "logic_version", "config", "product")
 
 _second: tuple[int, str] = (-1, "")
 
@@ -252,9 +255,67 @@ def args_digest(args: Any) -> str:
     return hashlib.sha256(orjson.dumps(args, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointAccepted:
+    """A person accepted changes to what the run depends on (log format 1.2, fsync'd).
+
+    Written by `polyloop resume RUN --accept-changes --reason TEXT` before
+    the run goes on. `differences` are exactly the ones accepted, each
+    `{"what", "name", "recorded", "now"}` (`what` is `input`,
+    `logic_version`, `config` or `product`); later resumes compare against
+    their `now` values.
+    """
+
+    TAG: ClassVar[str] = "checkpoint_accepted"
+    differences: list[dict[str, Any]]
+    reason: str
+    by: str
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resumed:
+    """A resume went on to act on the run (log format 1.2, fsync'd).
+
+    Counted for the crash-loop budget: `config.max_resumes_without_progress`
+    of these with no step completed in between stop the next resume.
+    """
+
+    TAG: ClassVar[str] = "resumed"
+    by: str
+    at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrashLoopAccepted:
+    """A person lifted a crash-loop stop (log format 1.2, fsync'd).
+
+    Written by `polyloop resume RUN --accept-crash-loop --reason TEXT`;
+    `resumes` is how many resumes without progress it lifted. The count
+    starts again from zero after it.
+    """
+
+    TAG: ClassVar[str] = "crash_loop_accepted"
+    resumes: int
+    reason: str
+    by: str
+    at: str = field(default_factory=utc_now)
+
+
 Record = Union[
-    RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution, GuardCheck, ActionResult,
-    ApprovalRequest, Decision,
+    RunStarted,
+    Intent,
+    ModelCallResult,
+    StepCompleted,
+    RunFinished,
+    Resolution,
+    GuardCheck,
+    ActionResult,
+    ApprovalRequest,
+    Decision,
+    CheckpointAccepted,
+    Resumed,
+    CrashLoopAccepted,
 ]
 RECORD_TYPES: tuple[type, ...] = (
     RunStarted,
@@ -267,11 +328,14 @@ RECORD_TYPES: tuple[type, ...] = (
     ActionResult,
     ApprovalRequest,
     Decision,
+    CheckpointAccepted,
+    Resumed,
+    CrashLoopAccepted,
 )
 # Records a 1.0 writer never wrote.
 NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
 # Records a 1.0 or 1.1 writer never wrote.
-NEW_IN_1_2: tuple[type, ...] = (ApprovalRequest, Decision)
+NEW_IN_1_2: tuple[type, ...] = (ApprovalRequest, Decision, CheckpointAccepted, Resumed, CrashLoopAccepted)
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
@@ -430,6 +494,22 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "answer": (_STR, True),
         "at": (_STR, False),
     },
+    CheckpointAccepted: {
+        "differences": ((list,), False),
+        "reason": (_STR, False),
+        "by": (_STR, False),
+        "at": (_STR, False),
+    },
+    Resumed: {
+        "by": (_STR, False),
+        "at": (_STR, False),
+    },
+    CrashLoopAccepted: {
+        "resumes": (_INT, False),
+        "reason": (_STR, False),
+        "by": (_STR, False),
+        "at": (_STR, False),
+    },
 }
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
@@ -443,6 +523,9 @@ _OPTIONAL = {
     ActionResult: {"is_error"},
     ApprovalRequest: {"reason", "call"},
     Decision: {"reason", "args", "answer"},
+    CheckpointAccepted: set(),
+    Resumed: set(),
+    CrashLoopAccepted: set(),
 }
 
 
@@ -522,7 +605,7 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
             if v.get("result_id") is not None or v.get("observation") is not None:
                 raise RecordError("a step_completed with calls has no result_id or observation of its own")
     elif cls is RunFinished:
-        if v["reason"] not in ("final_answer", "max_steps", "error"):
+        if v["reason"] not in ("final_answer", "max_steps", "error", "tool_failures"):
             raise RecordError(f"run_finished.reason {v['reason']!r} is unknown")
     elif cls is Resolution:
         if v["outcome"] not in ("executed", "not_executed"):
@@ -548,6 +631,13 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
             raise RecordError("decision.answer goes with an answered decision, and only with one")
         if v.get("args") is not None and v["decision"] != "approved":
             raise RecordError("decision.args (edited arguments) go only with an approved decision")
+    elif cls is CheckpointAccepted:
+        for d in v["differences"]:
+            if not (isinstance(d, dict) and d.get("what") in DIFFERENCE_KINDS and isinstance(d.get("name"), str)):
+                raise RecordError("checkpoint_accepted.differences holds {what, name, recorded, now} objects")
+    elif cls is CrashLoopAccepted:
+        if v["resumes"] < 0:
+            raise RecordError("crash_loop_accepted.resumes is not negative")
     elif cls is ModelCallResult:
         if (v["output"] is None) == (v.get("error") is None):
             raise RecordError("model_call_result has exactly one of output and error")

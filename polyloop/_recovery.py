@@ -7,7 +7,7 @@ resume, the CLI) reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._records import (
     ActionResult,
@@ -19,6 +19,9 @@ from ._records import (
     RunStarted,
     StepCompleted,
 )
+
+if TYPE_CHECKING:
+    from ._budget_walk import Budgets
 
 State = Literal["done", "unknown", "superseded", "resolved", "pending", "alert", "rolled_back"]
 Status = Literal["finished", "needs_operator", "resumable"]
@@ -149,6 +152,9 @@ class Recovery:
         resolutions: every `resolution` record in log order.
         requests: every approval request (log format 1.2) as a `RequestView`
             with its decision, in log order.
+        budgets: how much of its retry budgets the run spent (log format 1.2).
+        overrides: every `checkpoint_accepted` and `crash_loop_accepted`
+            record in log order (log format 1.2).
     """
 
     run_id: str
@@ -160,6 +166,8 @@ class Recovery:
     blocking: tuple[Execution, ...]
     resolutions: tuple[Resolution, ...] = ()
     requests: tuple[Any, ...] = ()
+    budgets: Budgets | None = None
+    overrides: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         # Short on purpose: a 100,000-step verdict printed in full takes seconds

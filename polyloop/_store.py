@@ -10,6 +10,9 @@ from ._records import (
     ActionResult,
     ApprovalRequest,
     Decision,
+    CheckpointAccepted,
+    CrashLoopAccepted,
+    Resumed,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -34,6 +37,8 @@ class Store(Protocol):
     Durability: when `write_run_started`, `write_intent`, `write_run_finished`,
     `write_resolution`, `write_guard_check`, `write_approval_request` or
     `write_decision` returns, the record (and every record of that run
+    `write_resolution`, `write_guard_check` or one of the 1.2 writes
+    (`write_checkpoint_accepted`, `write_resumed`, `write_crash_loop_accepted`) returns, the record (and every record of that run
     written before it) must survive a crash of the process and of the
     machine. `write_model_call_result`, `write_step_completed` and
     `write_action_result` need only
@@ -107,6 +112,28 @@ class Store(Protocol):
 
         Written by `approve`, `deny` and `answer` under the run's lock.
         """
+        ...
+
+    async def write_checkpoint_accepted(self, run_id: str, record: CheckpointAccepted) -> None:
+        """Append a person's acceptance of changed inputs, logic or config (log format 1.2). Durable.
+
+        Written before the resumed run does anything. A store without this
+        method serves every run except one resumed with accepted changes
+        (that resume stops with `StoreError`, writing nothing).
+        """
+        ...
+
+    async def write_resumed(self, run_id: str, record: Resumed) -> None:
+        """Append the mark of a resume that goes on to act (log format 1.2). Durable.
+
+        These count towards the crash-loop budget. A store without this
+        method still resumes runs, but cannot count them: the crash-loop
+        budget is not kept there.
+        """
+        ...
+
+    async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
+        """Append a person's lifting of a crash-loop stop (log format 1.2). Durable."""
         ...
 
     async def read_log(self, run_id: str) -> Sequence[Record]:

@@ -7,14 +7,15 @@ import inspect
 import importlib.util
 import sys
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._agent import Agent, RunResult
 from ._errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._ids import check_run_id
 from ._loop import _Run, held, verdict, walk_off_loop
-from ._plan import Finished, NeedsOperator, describe, plan
+from ._plan import Finished, NeedsOperator, plan
+from ._resume import Resume
 from ._store import Store
 
 
@@ -113,6 +114,7 @@ async def run_target(
     run_id: str | None = None,
     max_steps: int | None = None,
     agent: Agent | None = None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Start a new run of the agent at `target`, recording the target for resume.
 
@@ -124,6 +126,7 @@ async def run_target(
         max_steps: the step budget (default: the agent's).
         agent: the agent `load_target(target)` already returned, so a factory
             target is not called twice.
+        inputs: what the run depends on, `{name: path or bytes}` (see `Agent.run`).
 
     Raises:
         RunExistsError: the run id already has a log (use `resume_run`).
@@ -139,11 +142,20 @@ async def run_target(
         target=canonical_target(target),
         max_steps=max_steps,
         new=True,
+        inputs=inputs,
     )
 
 
 async def resume_run(
-    run_id: str, *, store: Store, on_resume: Callable[[str], None] | None = None
+    run_id: str,
+    *,
+    store: Store,
+    on_resume: Callable[[str], None] | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    accept_changes: bool = False,
+    accept_crash_loop: bool = False,
+    reason: str | None = None,
+    by: str | None = None,
 ) -> RunResult:
     """Continue a run, re-importing the agent target recorded when it started.
 
@@ -151,13 +163,23 @@ async def resume_run(
     and classifies the log once, and carries on from that verdict. A finished
     run is returned as recorded (`already_finished=True`), and a run that
     needs an operator is reported, without importing the target or writing
-    anything.
+    anything. Before the run goes on, its checkpoint is compared with the
+    agent now (inputs, logic version, configuration; log format 1.2) and its
+    crash-loop budget honoured, as `Agent.run` does for a known run id.
 
     Args:
         run_id: the run.
         store: where it lives.
         on_resume: called with one sentence (what happens next) just before
             the run continues, e.g. to tell a person.
+        inputs: the run's inputs now (`{name: path or bytes}`); default:
+            re-read each recorded input from its recorded path.
+        accept_changes: accept the checkpoint's differences on the record
+            (`checkpoint_accepted`) instead of refusing; needs `reason`.
+        accept_crash_loop: lift a crash-loop stop on the record
+            (`crash_loop_accepted`); needs `reason`.
+        reason: why (written with an acceptance).
+        by: who accepts (and who resumed); default `user@host`.
 
     Raises:
         RunNotFoundError: the run id has no log.
@@ -165,9 +187,14 @@ async def resume_run(
         CorruptLogError: the log cannot come from a correct writer.
         NeedsOperatorError: an unknown `never` action must be settled first.
         TargetError: no target was recorded, or it cannot be loaded.
+        CheckpointError: an input, the logic version or the configuration
+            changed (nothing was written); accept with `accept_changes`.
+        CrashLoopError: the crash-loop budget is spent (nothing was written).
         and everything `Agent.run` raises.
     """
     check_run_id(run_id)
+    resume = Resume(inputs, accept_changes, accept_crash_loop, reason, by, on_resume)
+    resume.check()
     async with held(store, run_id, must_exist=True) as records:
         assert records is not None
         walker = verdict(await walk_off_loop(records, run_id), run_id)
@@ -186,6 +213,4 @@ async def resume_run(
                 "calling Agent.run with the same run id",
             )
         agent = load_target(target)
-        if on_resume is not None:
-            on_resume(describe(nxt, run_id))
-        return await _Run(agent, store, walker).go()
+        return await _Run(agent, store, walker, resume).go()

@@ -78,15 +78,19 @@ class Tool:
         irreversible: bool = False,
         concurrent: bool = True,
         approval: Approval = None,
+        max_failures: int | None = None,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
         if approval is not None and approval != "required" and not callable(approval):
             raise ValueError(f"approval must be 'required', a predicate on the arguments or None, not {approval!r}")
+        if max_failures is not None and (type(max_failures) is not int or max_failures < 1):
+            raise ValueError(f"max_failures must be a positive whole number or None, not {max_failures!r}")
         self.irreversible = irreversible
         self.concurrent = concurrent
         self.approval = approval
         self.question = False  # True only for `ask_human`: a person answers, the function never runs
+        self.max_failures = max_failures
         self.guards = _Guards()
         self.fn = fn
         self.name = name or fn.__name__
@@ -557,6 +561,7 @@ def tool(
     irreversible: bool = False,
     concurrent: bool = True,
     approval: Approval = None,
+    max_failures: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -570,6 +575,7 @@ def tool(
     irreversible: bool = False,
     concurrent: bool = True,
     approval: Approval = None,
+    max_failures: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -609,14 +615,21 @@ def tool(
             (`polyloop approve` / `deny`) before anything of it runs; a
             predicate `fn(args) -> bool` on the model's arguments (a dict):
             only calls it holds for wait. See docs/how-to/require-approval.md.
+        max_failures: this tool's retry budget: after it returns an error
+            observation this many times in a row in one run (no success of
+            it in between), the run ends with reason `tool_failures` instead
+            of letting the model loop. Default: the agent's
+            `max_tool_failures`.
     """
+    kw: dict[str, Any] = dict(
+        replay=replay, name=name, description=description, irreversible=irreversible, concurrent=concurrent,
+        approval=approval, max_failures=max_failures,
+    )
     if fn is not None:
-        return Tool(fn, replay=replay, name=name, description=description, irreversible=irreversible,
-                    concurrent=concurrent, approval=approval)
+        return Tool(fn, **kw)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, replay=replay, name=name, description=description, irreversible=irreversible,
-                    concurrent=concurrent, approval=approval)
+        return Tool(f, **kw)
 
     return wrap
 
@@ -635,7 +648,9 @@ class _AskHuman(Tool):
 
     def __init__(self) -> None:  # `import polyloop` stays free of pydantic (Tool.__init__ would load it)
         self.irreversible = False
+        self.concurrent = True
         self.approval = None
+        self.max_failures = None
         self.question = True
         self.guards = _Guards()
         self.fn = _ask_human

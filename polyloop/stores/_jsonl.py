@@ -214,6 +214,15 @@ class JsonlStore:
     async def write_decision(self, run_id: str, record: Any) -> None:
         await self._append_durable(run_id, encode(record))
 
+    async def write_checkpoint_accepted(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_resumed(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
+    async def write_crash_loop_accepted(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
     async def _append_durable(self, run_id: str, data: bytes) -> None:
         path = self._file(run_id)
         if run_id in self._torn or run_id in self._logs:

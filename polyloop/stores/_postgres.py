@@ -224,6 +224,17 @@ class PostgresStore:
                 "WHERE run_id = %s AND status = 'parked' AND target IS NOT NULL",
                 (run_id,),
             )
+    async def write_checkpoint_accepted(self, run_id: str, record: Record) -> None:
+        """Append accepted checkpoint changes (log format 1.2); committed synchronously."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_resumed(self, run_id: str, record: Record) -> None:
+        """Append the mark of a resume (log format 1.2); committed synchronously."""
+        await self._append(run_id, record, durable=True)
+
+    async def write_crash_loop_accepted(self, run_id: str, record: Record) -> None:
+        """Append a lifted crash loop (log format 1.2); committed synchronously."""
+        await self._append(run_id, record, durable=True)
 
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
         check_run_id(run_id)

@@ -11,6 +11,9 @@ from .._records import (
     ActionResult,
     ApprovalRequest,
     Decision,
+    CheckpointAccepted,
+    CrashLoopAccepted,
+    Resumed,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -90,6 +93,15 @@ class MemoryStore:
         self._lines(run_id).append(encode(record))
 
     async def write_decision(self, run_id: str, record: Decision) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_checkpoint_accepted(self, run_id: str, record: CheckpointAccepted) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_resumed(self, run_id: str, record: Resumed) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
         self._lines(run_id).append(encode(record))
 
     async def read_log(self, run_id: str) -> list[Record]:

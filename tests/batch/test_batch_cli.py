@@ -51,14 +51,14 @@ def test_bad_lines_are_reported_per_line_and_the_rest_runs(world):
         '{"goal": "fine"}\n'
         "not json at all\n"
         '{"goal": "escape", "run_id": "../../etc/x"}\n'
-        '{"goal": "with inputs", "inputs": {"doc": "a.txt"}}\n'
+        '{"goal": "with inputs", "inputs": ["a.txt"]}\n'
         '{"goal": "also fine", "run_id": "custom-id"}\n'
     )
     done = world.batch("quick", path)
     assert done.code == 1, done
     assert "line 2, evals-00002: the line is not JSON" in done.stdout
     assert "line 3, (no run id): invalid run id '../../etc/x'" in done.stdout
-    assert 'line 4, evals-00004: "inputs" is not supported yet' in done.stdout
+    assert 'line 4, evals-00004: "inputs" must be an object' in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     assert sorted(p.name for p in world.runs.glob("*.jsonl")) == ["custom-id.jsonl", "evals-00001.jsonl"]
     assert not (world.root / "etc").exists()
@@ -256,3 +256,20 @@ def test_the_python_api_is_what_the_command_calls(world):
     assert json.loads(json.dumps(report.to_json()))["summary"]["total"] == 3
     again = run_batch(target("quick"), ["a", "b", "c"], name="api", directory=world.runs)
     assert {r.action for r in again.runs} == {"skipped"} and again.steps == 0
+
+
+def test_a_line_with_inputs_records_them_and_a_changed_input_is_reported_changed(world):
+    doc = world.root / "doc.txt"
+    doc.write_text("version 1")
+    path = world.root / "evals.jsonl"
+    path.write_text(json.dumps({"goal": "read it", "inputs": {"doc": str(doc)}}) + "\n")
+    first = world.batch("hostile", path, "--json").json()  # its model call fails: the run stays resumable
+    assert first["runs"][0]["status"] == "failed", first
+    started = json.loads((world.runs / "evals-00001.jsonl").read_text().splitlines()[0])
+    assert started["config"]["inputs"]["doc"]["path"] == str(doc.resolve())
+    size = (world.runs / "evals-00001.jsonl").stat().st_size
+    doc.write_text("version 2")
+    again = world.batch("hostile", path, "--json").json()
+    (run,) = again["runs"]
+    assert run["status"] == "changed" and "input 'doc'" in run["reason"], run
+    assert (world.runs / "evals-00001.jsonl").stat().st_size == size  # refused before anything ran

@@ -51,7 +51,7 @@ def test_a_file_is_jsonl_when_its_first_non_blank_line_starts_with_a_brace(tmp_p
         ('{"goal": 3}', 'the line has a number as its "goal"'),
         ('{"goal": "g", "run_id": "../etc/passwd"}', "invalid run id '../etc/passwd'"),
         ('{"goal": "g", "run_id": ".hidden"}', "invalid run id '.hidden'"),
-        ('{"goal": "g", "inputs": {"file": "a.txt"}}', '"inputs" is not supported yet'),
+        ('{"goal": "g", "inputs": {"file": 3}}', '"inputs" must be an object of input names'),
         (b"\xff\xfe goal", "the line is not UTF-8 text"),
     ],
     ids=["not-json", "array", "no-goal", "number-goal", "traversal-id", "dot-id", "inputs", "not-utf8"],

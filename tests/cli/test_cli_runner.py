@@ -58,7 +58,7 @@ def test_inspect_json_through_the_runner(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_and_exit_1(tmp_path, monkeypatch):
-    async def broken(store, run_id):
+    async def broken(store, run_id, **options):
         raise ValueError("something nobody expected")
 
     monkeypatch.setattr(inspect_cmd, "inspect_run", broken)

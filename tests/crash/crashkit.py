@@ -17,7 +17,8 @@ implementation (`normalise`).
 What "equal to an uninterrupted run" means, precisely:
 
 * drop timestamps (`at`);
-* drop every `resolution` record;
+* drop every `resolution` record, and every `resumed` record (log format 1.2:
+  a resume's own bookkeeping, which an uninterrupted run never needs);
 * drop every intent that has no result of its own: a model call or `safe`
   action that a later attempt superseded, or a `never` action an operator
   settled `not_executed` (each is an *extra attempt*);
@@ -46,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from polyloop import Intent, ModelCallResult, Resolution, RunStarted, StepCompleted
+from polyloop import Intent, ModelCallResult, Resolution, Resumed, RunStarted, StepCompleted
 from polyloop.stores._jsonl import parse_log
 from polyloop.testing import logical
 
@@ -395,7 +396,7 @@ def normalise(records: Sequence[Any]) -> tuple[list[dict[str, Any]], list[tuple[
         extras.append((it.kind, it.step, why))
     out = []
     for r in records:
-        if isinstance(r, Resolution):
+        if isinstance(r, Resolution | Resumed):
             continue
         if isinstance(r, Intent):
             if r.result_id not in rename:

@@ -80,7 +80,7 @@ def test_a_call_the_predicate_holds_for_stops_before_anything_runs_and_waits():
     # resuming without a decision stops again, writing nothing
     n = len(records(store))
     with pytest.raises(ApprovalRequiredError):
-        run(agent([]).run(run_id="r", store=store))
+        run(agent([{"tool": "pay", "args": {"amount": 500, "to": "bob"}}, {"final": "ok"}]).run(run_id="r", store=store))
     assert len(records(store)) == n
 
 

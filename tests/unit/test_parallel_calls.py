@@ -268,6 +268,13 @@ def test_the_intents_are_durable_in_the_jsonl_log_before_any_call_runs(tmp_path)
     assert seen == [4, 4, 4, 4]
 
 
+def _config_1_1(config: dict[str, Any]) -> dict[str, Any]:
+    """A configuration as a 1.1 writer recorded it (no 1.2 fields)."""
+    keep = ("max_steps", "system", "model", "tools", "max_attempts")
+    tools = [{k: v for k, v in t.items() if k in ("name", "replay", "guards")} for t in config["tools"]]
+    return {**{k: v for k, v in config.items() if k in keep}, "tools": tools}
+
+
 def _log_lines(store: MemoryStore) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in store._lines("r")]
 
@@ -290,7 +297,7 @@ def test_rules_33_and_34_refuse_what_a_writer_of_several_calls_never_writes() ->
     assert _bad(no_number).rule == 33
 
     old = [dict(x) for x in good]
-    old[0] = {**old[0], "schema_version": "1.1"}
+    old[0] = {**old[0], "schema_version": "1.1", "config": _config_1_1(old[0]["config"])}
     assert _bad(old).rule in (8, 33)
 
     beyond = [dict(x) for x in good]
@@ -311,6 +318,7 @@ def test_a_1_1_log_whose_model_asked_for_two_calls_still_resumes_running_only_th
     agent = Agent(model=ScriptedModel([THREE, {"final": "done"}]), tools=[read, write])
     started = orjson.loads(_enc(RunStarted(run_id="r", goal="g", config=agent.config())))
     started["schema_version"] = "1.1"
+    started["config"] = _config_1_1(started["config"])
     store = MemoryStore()
     store._logs["r"] = [orjson.dumps(x) + b"\n" for x in [
         started,

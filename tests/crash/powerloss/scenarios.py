@@ -45,7 +45,10 @@ from .model import CrashState
 from .recorder import RecordingDisk
 from .trace import Trace
 
-DURABLE = frozenset({"run_started", "intent", "run_finished", "resolution", "guard_check"})
+DURABLE = frozenset({
+    "run_started", "intent", "run_finished", "resolution", "guard_check",
+    "checkpoint_accepted", "resumed", "crash_loop_accepted",  # log format 1.2
+})
 GOAL = "survive a power cut"
 
 
@@ -185,6 +188,18 @@ class AckingStore(JsonlStore):
 
     async def write_action_result(self, run_id, record):  # type: ignore[no-untyped-def, override]
         await super().write_action_result(run_id, record)
+        self._ack(run_id, record)
+
+    async def write_checkpoint_accepted(self, run_id, record):  # type: ignore[no-untyped-def, override]
+        await super().write_checkpoint_accepted(run_id, record)
+        self._ack(run_id, record)
+
+    async def write_resumed(self, run_id, record):  # type: ignore[no-untyped-def, override]
+        await super().write_resumed(run_id, record)
+        self._ack(run_id, record)
+
+    async def write_crash_loop_accepted(self, run_id, record):  # type: ignore[no-untyped-def, override]
+        await super().write_crash_loop_accepted(run_id, record)
         self._ack(run_id, record)
 
 

@@ -1,0 +1,77 @@
+"""What every resume does before the run goes on (log format 1.2): validity, crash loop, the count.
+
+`Resume.open` runs once, before anything of the run is executed, on every
+path that continues an existing log (`Agent.run` with a known run id,
+`resume_run`, a batch re-run). In order: the checkpoint is compared
+(`polyloop._validity.differences`; a difference refuses with
+`CheckpointError` unless accepted on the record), the planner's crash-loop
+stop is honoured (`CrashLoopError` unless lifted on the record), and a
+`resumed` record counts the resume. A resume that stops for an operator or
+finds the run finished writes nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._errors import CrashLoopError, InvalidInputError
+from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, describe, plan
+from ._records import CheckpointAccepted, CrashLoopAccepted, Resumed
+from ._validity import differences, refusal
+
+if TYPE_CHECKING:
+    from ._loop import _Run
+
+
+def default_by() -> str:
+    """Who a settlement is by when nobody says: `user@host` of this process."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment (e.g. a bare container uid)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass(slots=True)
+class Resume:
+    """How this resume was asked for: the inputs now, and what a person accepts on the record."""
+
+    inputs: Mapping[str, Any] | None = None
+    accept_changes: bool = False
+    accept_crash_loop: bool = False
+    reason: str | None = None
+    by: str | None = None
+    on_resume: Callable[[str], None] | None = None
+
+    def check(self) -> None:
+        """Refuse an acceptance without a reason (before anything is read or written)."""
+        if (self.accept_changes or self.accept_crash_loop) and not (self.reason or "").strip():
+            which = "accept_changes" if self.accept_changes else "accept_crash_loop"
+            raise InvalidInputError(f"{which} needs a reason (--reason TEXT): it is written to the log")
+
+    async def open(self, run: _Run) -> None:
+        walker = run.walker
+        nxt = plan(walker)
+        if isinstance(nxt, (Finished, NeedsOperator, AlertStop, AwaitDecision)):
+            return  # nothing runs: the loop reports it as before
+        assert walker.started is not None
+        by = self.by or default_by()
+        diffs = differences(walker.started, walker.accepted, run.agent, inputs=self.inputs)
+        if diffs:
+            if not self.accept_changes:
+                raise refusal(run.run_id, diffs)
+            await run._write(CheckpointAccepted(differences=diffs, reason=self.reason or "", by=by))
+        if isinstance(nxt, CrashLoopStop):
+            if not self.accept_crash_loop:
+                tool = getattr(nxt.execution, "tool", None)
+                raise CrashLoopError(run.run_id, nxt.resumes, nxt.limit, nxt.step, tool)
+            await run._write(CrashLoopAccepted(resumes=nxt.resumes, reason=self.reason or "", by=by))
+        if walker.minor >= 2 and callable(getattr(run.store, "write_resumed", None)):
+            await run._write(Resumed(by=by))
+        walker.live = True
+        if self.on_resume is not None:
+            self.on_resume(describe(plan(walker), run.run_id))
