@@ -10,12 +10,14 @@ record one indivisible act.
 """
 
 from ._agent import Agent, RunResult, default_directory
+from ._artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._batch import BatchInterrupted, run_batch
 from ._batch_plan import BatchError
 from ._batch_report import BatchProgress, BatchReport, BatchRun
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     AlertError,
+    ArtifactError,
     CheckpointError,
     CorruptLogError,
     InvalidInputError,
@@ -41,6 +43,7 @@ from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._records import (
     SCHEMA_VERSION,
     ActionResult,
+    Artifact,
     GuardCheck,
     RecordError,
     Intent,
@@ -53,7 +56,7 @@ from ._records import (
 )
 from ._records import decode as decode_record
 from ._records import encode as encode_record
-from ._store import LockingStore, Store
+from ._store import ArtifactStore, LockingStore, Store
 from ._target import load_target, resume_run, run_target
 from ._tools import Reconciled, Tool, ToolContext, executed, not_executed, tool, unknown
 from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs
@@ -65,6 +68,11 @@ __all__ = [
     "ActionResult",
     "Agent",
     "AlertError",
+    "Artifact",
+    "ArtifactError",
+    "ArtifactRef",
+    "ArtifactStore",
+    "Artifacts",
     "BatchError",
     "BatchInterrupted",
     "BatchProgress",
@@ -88,6 +96,7 @@ __all__ = [
     "NeedsOperatorError",
     "PolyLoopError",
     "Problem",
+    "ProductCheck",
     "Reconciled",
     "Record",
     "RecordError",

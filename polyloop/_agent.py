@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._artifacts import check_products
 from ._classify import max_steps_of
 from ._errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from ._ids import check_run_id, new_run_id
@@ -161,6 +162,8 @@ class Agent:
             RunMismatchError: `goal` or `max_steps` differ from the recorded ones.
             ModelCallError: the model call failed; the run stays resumable.
             StoreError: the store failed; the run stops and stays resumable.
+            CheckpointError: resuming, a product the run referenced is missing
+                or altered (docs/how-to/keep-intermediate-products.md); nothing ran.
         """
         if store is None:
             from .stores import JsonlStore
@@ -195,6 +198,7 @@ class Agent:
             recorded = max_steps_of(walker.started)
             if max_steps is not None and max_steps != recorded:
                 raise RunMismatchError(run_id, "max_steps", recorded, max_steps)
+            await check_products(store, walker)
             return await _Run(self, store, walker).go()
 
 

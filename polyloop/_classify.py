@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._artifact_walk import ArtifactHandlers
 from ._errors import CorruptLogError, Problem
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
 from ._ids import result_id as derive_result_id
@@ -38,6 +39,7 @@ from ._recovery import (
 )
 from ._records import (
     ActionResult,
+    Artifact,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -154,7 +156,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker(GuardHandlers):
+class Walker(GuardHandlers, ArtifactHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -180,6 +182,7 @@ class Walker(GuardHandlers):
         self._count = 0
         self.minor = 0
         self.guards: dict[str, dict[str, Any]] = {}
+        self.artifacts: dict[str, Artifact] = {}
         self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
             RunStarted: self._run_started,
             Intent: self._intent,
@@ -189,6 +192,7 @@ class Walker(GuardHandlers):
             Resolution: self._resolution,
             GuardCheck: self._guard_check,
             ActionResult: self._action_result,
+            Artifact: self._artifact,
         }
 
     # -- feeding ------------------------------------------------------------------

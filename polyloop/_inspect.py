@@ -7,6 +7,7 @@ import getpass
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._artifacts import ProductCheck, product_checks
 from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError, StoreError
 from ._ids import check_run_id
@@ -34,6 +35,8 @@ class RunReport:
         problems: why the log is corrupt (empty unless `status == "corrupt"`).
         holder: who holds the run when it is active.
         torn_line: the line where a torn tail starts, if the store knows one.
+        artifacts: every product the run references (latest reference per
+            name), checked against what the store holds now (log format 1.2).
     """
 
     run_id: str
@@ -45,6 +48,7 @@ class RunReport:
     problems: tuple[Problem, ...] = ()
     holder: str | None = None
     torn_line: int | None = None
+    artifacts: tuple[ProductCheck, ...] = ()
 
     @property
     def waiting(self) -> list[dict[str, Any]]:
@@ -81,6 +85,7 @@ class RunReport:
             "holder": self.holder,
             "torn_tail_line": self.torn_line,
             "waiting": self.waiting,
+            "artifacts": [a.to_json() for a in self.artifacts],
         }
         if rec is None:
             doc.update(goal=None, target=None, steps=0, tools=None, executions=[], resolutions=[], tokens=None)
@@ -226,6 +231,14 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
     nxt = plan(walker)
     status, reason = _status(recovery, nxt, holder)
     next_action = describe(nxt, run_id)
+    artifacts = tuple(await product_checks(store, walker))
+    bad = [a for a in artifacts if a.state in ("missing", "altered")]
+    if bad and status == "resumable":
+        reason = f"the checkpoint is no longer valid: {bad[0].sentence()}"
+        next_action = (
+            f"refuse: {bad[0].sentence()}; start over under a new run id, or accept the change with "
+            f"`polyloop resume {run_id} --accept-changes --reason TEXT`"
+        )
     if status == "active":
         next_action = f"nothing while it is active; once it is not: {next_action}"
     return RunReport(
@@ -237,6 +250,7 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
         records=records,
         holder=holder,
         torn_line=torn_line,
+        artifacts=artifacts,
     )
 
 

@@ -54,8 +54,10 @@ from ._plan import (
     RunAction,
     plan,
 )
+from ._artifacts import Artifacts
 from ._records import (
     ActionResult,
+    Artifact,
     FinishReason,
     GuardCheck,
     Intent,
@@ -207,6 +209,7 @@ class _Run:
             Resolution: store.write_resolution,
             GuardCheck: getattr(store, "write_guard_check", None),
             ActionResult: getattr(store, "write_action_result", None),
+            Artifact: getattr(store, "write_artifact", None),
         }
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -326,7 +329,8 @@ class _Run:
                 idempotency_key=key,
             )
         )
-        await self._execute(tool, ToolContext(self.run_id, nxt.step, nxt.attempt, rid, key), nxt.args, history)
+        ctx = ToolContext(self.run_id, nxt.step, nxt.attempt, rid, key, Artifacts(self, rid))
+        await self._execute(tool, ctx, nxt.args, history)
 
     async def _execute(self, tool: Tool, ctx: ToolContext, args: dict[str, Any], history: _History) -> None:
         """Run an action whose intent is durable: precondition, the tool, and its outcome."""

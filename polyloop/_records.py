@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
+import re
 import threading
 import time as _time
 from collections.abc import Iterator
@@ -183,8 +184,28 @@ class ActionResult:
     at: str = field(default_factory=utc_now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Artifact:
+    """A reference to an intermediate product a tool stored (log format 1.2).
+
+    Appended after the product is durable (docs/how-to/keep-intermediate-products.md);
+    the log holds the reference, never the content. `result_id` names the
+    action that wrote it; `path` is `<run_id>.artifacts/<name>`, relative to
+    the store's run folder. A later record for the same name supersedes it.
+    """
+
+    TAG: ClassVar[str] = "artifact"
+    result_id: str
+    name: str
+    path: str
+    size: int
+    sha256: str
+    at: str = field(default_factory=utc_now)
+
+
 Record = Union[
-    RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution, GuardCheck, ActionResult
+    RunStarted, Intent, ModelCallResult, StepCompleted, RunFinished, Resolution, GuardCheck, ActionResult,
+    Artifact,
 ]
 RECORD_TYPES: tuple[type, ...] = (
     RunStarted,
@@ -195,9 +216,12 @@ RECORD_TYPES: tuple[type, ...] = (
     Resolution,
     GuardCheck,
     ActionResult,
+    Artifact,
 )
 # Records a 1.0 writer never wrote.
 NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
+# Records a 1.0 or 1.1 writer never wrote.
+NEW_IN_1_2: tuple[type, ...] = (Artifact,)
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
@@ -315,6 +339,14 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "is_error": ((bool,), False),
         "at": (_STR, False),
     },
+    Artifact: {
+        "result_id": (_STR, False),
+        "name": (_STR, False),
+        "path": (_STR, False),
+        "size": (_INT, False),
+        "sha256": (_STR, False),
+        "at": (_STR, False),
+    },
 }
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
@@ -326,6 +358,7 @@ _OPTIONAL = {
     Resolution: {"observation", "reason", "by", "source"},
     GuardCheck: {"reason", "rollback"},
     ActionResult: {"is_error"},
+    Artifact: set(),
 }
 
 
@@ -365,6 +398,7 @@ def decode(obj: Any) -> Record:
 
 
 _MISSING = object()
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # _SPEC and _OPTIONAL flattened for decode's loop (one tuple per field, read
 # once per record): (name, accepted types, nullable, optional).
 _FIELDS: dict[type, tuple[tuple[str, tuple[type, ...], bool, bool], ...]] = {
@@ -406,6 +440,11 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
             raise RecordError(f"guard_check.guard {v['guard']!r} is not precondition, verify or reconcile")
         if v.get("rollback") not in (None, "undo", "compensate", "alert"):
             raise RecordError(f"guard_check.rollback {v['rollback']!r} is not undo, compensate or alert")
+    elif cls is Artifact:
+        if v["size"] < 0:
+            raise RecordError("artifact.size must not be negative")
+        if not _SHA256.fullmatch(v["sha256"]):
+            raise RecordError("artifact.sha256 is not 64 lowercase hex digits")
     elif cls is ModelCallResult:
         if (v["output"] is None) == (v.get("error") is None):
             raise RecordError("model_call_result has exactly one of output and error")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._agent import Agent, RunResult
+from ._artifacts import check_products
 from ._errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._ids import check_run_id
 from ._loop import _Run, held, verdict, walk_off_loop
@@ -165,6 +166,8 @@ async def resume_run(
         CorruptLogError: the log cannot come from a correct writer.
         NeedsOperatorError: an unknown `never` action must be settled first.
         TargetError: no target was recorded, or it cannot be loaded.
+        CheckpointError: a product the run referenced is missing or altered
+            (checked before the target is imported; nothing ran).
         and everything `Agent.run` raises.
     """
     check_run_id(run_id)
@@ -177,6 +180,7 @@ async def resume_run(
             return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
         if isinstance(nxt, NeedsOperator):
             raise NeedsOperatorError(run_id, nxt.executions)
+        await check_products(store, walker)
         assert walker.started is not None
         target = walker.started.target
         if not target:

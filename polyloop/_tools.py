@@ -15,11 +15,12 @@ import sys
 import typing
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import orjson
 
+from ._artifacts import NO_ARTIFACTS, Artifacts
 from ._records import representable
 
 if TYPE_CHECKING:
@@ -44,6 +45,11 @@ class ToolContext:
         result_id: the id its result is stored under.
         idempotency_key: the same for every attempt of this logical action;
             pass it to external services so they can de-duplicate.
+        artifacts: store and read the run's intermediate products
+            (`ctx.artifacts.write(name, data)` returns an `ArtifactRef`;
+            docs/how-to/keep-intermediate-products.md). Only an action's
+            context has a working one; a guard's, or a context built by
+            hand, raises `RuntimeError` when it is used.
     """
 
     run_id: str
@@ -51,6 +57,7 @@ class ToolContext:
     attempt: int
     result_id: str
     idempotency_key: str
+    artifacts: Artifacts = field(default=NO_ARTIFACTS, repr=False, compare=False)
 
 
 class Tool:

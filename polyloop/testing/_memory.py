@@ -6,9 +6,10 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
-from .._ids import check_run_id
+from .._ids import check_product_name, check_run_id
 from .._records import (
     ActionResult,
+    Artifact,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -35,6 +36,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._logs: dict[str, list[bytes]] = {}
         self._held: set[str] = set()
+        self._products: dict[tuple[str, str], bytes] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._logs)} runs)"
@@ -79,6 +81,15 @@ class MemoryStore:
 
     async def write_action_result(self, run_id: str, record: ActionResult) -> None:
         self._lines(run_id).append(encode(record))
+
+    async def write_artifact(self, run_id: str, record: Artifact) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def put_product(self, run_id: str, name: str, data: bytes) -> None:
+        self._products[(check_run_id(run_id), check_product_name(name))] = bytes(data)
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        return self._products.get((check_run_id(run_id), check_product_name(name)))
 
     async def read_log(self, run_id: str) -> list[Record]:
         parsed = parse_log(self.raw(run_id))

@@ -46,6 +46,7 @@ def test_tags_are_the_spec_names_and_no_record_has_a_record_field():
     assert [cls.TAG for cls in RECORD_TYPES] == [
         "run_started", "intent", "model_call_result", "step_completed", "run_finished", "resolution",
         "guard_check", "action_result",  # log format 1.1
+        "artifact",  # log format 1.2
     ]
     for cls in RECORD_TYPES:
         assert "record" not in {f.name for f in dataclasses.fields(cls)}
