@@ -137,18 +137,21 @@ async def product_checks(store: Store, walker: Walker) -> list[ProductCheck]:
     return checks
 
 
-async def check_products(store: Store, walker: Walker, *, accepted: Collection[tuple[str, str]] = ()) -> None:
+async def check_products(
+    store: Store, walker: Walker, *, accepted: Collection[tuple[str, str]] = (), when: str = "cannot resume"
+) -> None:
     """Refuse to resume a run whose referenced products are missing or altered.
 
     Called before anything of a resumed run runs. A finished run is not
     checked (nothing will run). A product altered while an action of the
     open step has no recorded outcome is `unsettled`, not refused (see
-    `ProductCheck`).
+    `ProductCheck`); the run loop checks again once that step completed.
 
     Args:
         store: where the run lives.
         walker: the run's walked log.
         accepted: `(name, sha256 now)` pairs a recorded override accepted.
+        when: how the message says what is refused (`run X cannot resume: ...`).
 
     Raises:
         CheckpointError: with one `differences` entry per bad product.
@@ -166,7 +169,7 @@ async def check_products(store: Store, walker: Walker, *, accepted: Collection[t
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
     lacks = "" if isinstance(store, ArtifactStore) else f" ({_lacks(store)})"
     message = (
-        f"run {run_id!r} cannot resume: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
+        f"run {run_id!r} {when}: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
         "the run recorded could mix old and new products; start over under a new run id, or accept the "
         f"change on the record with `polyloop resume {run_id} --accept-changes --reason TEXT`"
     )
@@ -213,7 +216,7 @@ class Artifacts:
         self._lock = asyncio.Lock() if run is not None else None
 
     def __repr__(self) -> str:
-        return f"<Artifacts of {self._result_id or 'no run'}>"
+        return f"<Artifacts of {self._result_id}>" if self._run is not None else "NO_ARTIFACTS"
 
     def write(self, name: str, data: bytes | str) -> ArtifactRef:
         """Store `data` as product `name` of this run; blocks until it is durable and referenced.

@@ -54,7 +54,7 @@ from ._plan import (
     RunAction,
     plan,
 )
-from ._artifacts import Artifacts
+from ._artifacts import Artifacts, check_products
 from ._records import (
     ActionResult,
     Artifact,
@@ -201,6 +201,9 @@ class _Run:
         self.tools = {t.name: t for t in agent.tools}
         self.specs = [t.spec() for t in agent.tools]
         self.alerted: set[str] = set()  # failed verifications this process told `on_alert` about
+        # Resumed with an action in flight: a product it may have replaced is only `unsettled`
+        # (see polyloop._artifacts); once its step completes, every product is checked again.
+        self.recheck_products = bool(walker.artifacts) and bool(walker.in_flight())
         self._writers = {
             Intent: store.write_intent,
             ModelCallResult: store.write_model_call_result,
@@ -274,6 +277,9 @@ class _Run:
         if not self.walker.feed(record):
             problem = self.walker.problems[-1]
             raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
+        if self.recheck_products and isinstance(record, StepCompleted):
+            self.recheck_products = False
+            await check_products(self.store, self.walker, when=f"stops after step {record.step}")
 
     async def _call_model(self, nxt: CallModel, history: _History) -> None:
         step, attempt = nxt.step, nxt.attempt

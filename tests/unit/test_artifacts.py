@@ -159,13 +159,8 @@ def test_a_finished_run_is_returned_as_recorded_even_without_its_products(tmp_pa
     assert result.already_finished and result.text == "done"
 
 
-def test_a_product_replaced_by_the_interrupted_action_is_unsettled_not_refused(tmp_path):
-    # A second write of a name replaces the product before its reference is
-    # recorded: a crash in between leaves new bytes under the old reference.
-    # The action has no outcome yet, so the log cannot tell: not refused.
-    store = JsonlStore(tmp_path)
-    stopped_after_step_one(store, "r5")
-    calls = []
+def _interrupted_replacement(store, run_id: str, *, replay_rewrites: bool) -> Agent:
+    """Step 2's tool replaced extract.json and died before recording it; the agent to resume with."""
 
     @tool(replay="safe")
     def extract(doc: str, ctx: ToolContext) -> str:
@@ -173,23 +168,46 @@ def test_a_product_replaced_by_the_interrupted_action_is_unsettled_not_refused(t
 
     @tool(replay="safe")
     def summarize(ctx: ToolContext) -> str:
-        calls.append(ctx.attempt)
         if ctx.attempt == 1:
-            asyncio.run(store.put_product("r5", "extract.json", b"rewritten"))  # the write, not its record
+            asyncio.run(store.put_product(run_id, "extract.json", b"rewritten"))  # the write, not its record
             raise Crash
+        if replay_rewrites:
+            return ctx.artifacts.write("extract.json", b"rewritten").sha256
         return ctx.artifacts.read("extract.json").decode()
 
     agent = Agent(model=make().model, tools=[extract, summarize])
+    stopped_after_step_one(store, run_id)
     with pytest.raises(Crash):
-        asyncio.run(agent.run("go", run_id="r5", store=store))
+        asyncio.run(agent.run("go", run_id=run_id, store=store))
+    return agent
+
+
+def test_a_product_replaced_by_the_interrupted_action_is_unsettled_and_its_replay_settles_it(tmp_path):
+    # A second write of a name replaces the product before its reference is
+    # recorded: a crash in between leaves new bytes under the old reference.
+    # The action has no outcome yet, so the log cannot tell: not refused.
+    store = JsonlStore(tmp_path)
+    agent = _interrupted_replacement(store, "r5", replay_rewrites=True)
     report = asyncio.run(inspect_run(store, "r5"))
     assert [(a.ref.name, a.state) for a in report.artifacts] == [("extract.json", "unsettled")]
-    # The replay reads the product: verified against the log, it is refused (the tool's error).
-    asyncio.run(agent.run("go", run_id="r5", store=store))
-    records = classify(asyncio.run(store.read_log("r5")))
-    step2 = records.steps[1].completed
+    assert report.status == "resumable"
+    assert asyncio.run(agent.run("go", run_id="r5", store=store)).text == "done"
+    report = asyncio.run(inspect_run(store, "r5"))
+    assert [(a.ref.name, a.state, a.ref.result_id) for a in report.artifacts] == [("extract.json", "ok", "s2-a2")]
+
+
+def test_an_unsettled_product_the_replay_leaves_altered_stops_the_run_after_that_step(tmp_path):
+    store = JsonlStore(tmp_path)
+    agent = _interrupted_replacement(store, "r9", replay_rewrites=False)
+    with pytest.raises(CheckpointError, match=r"run 'r9' stops after step 2: product 'extract.json'"):
+        asyncio.run(agent.run("go", run_id="r9", store=store))
+    verdict = classify(asyncio.run(store.read_log("r9")))
+    step2 = verdict.steps[1].completed
+    # The replay read the product: verified against the log, it was refused (the tool's error), never used.
     assert step2.is_error and "ArtifactError" in step2.observation and "altered" in step2.observation
-    # Now nothing is in flight: a resume would be refused... but the run finished.
+    assert verdict.finished is None and len(verdict.steps) == 2  # nothing ran after the step
+    with pytest.raises(CheckpointError, match="cannot resume"):  # and a resume refuses before anything runs
+        asyncio.run(agent.run("go", run_id="r9", store=store))
 
 
 def test_names_are_checked_like_run_ids(tmp_path):
