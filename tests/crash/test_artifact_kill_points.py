@@ -56,11 +56,7 @@ def kill_points(root: Path) -> list[str]:
     for n, op, path in ops:
         if ".artifacts" in path and not in_write:
             in_write = True
-            windows.append([])
-            # The first write starts with the sync of the folder's name in the run directory.
-            first = int(n)
-            if ops[first - 2][1] == "fsync_dir" and ".artifacts" not in ops[first - 2][2]:
-                windows[-1].append(str(first - 1))
+            windows.append([])  # the first write starts with mkdir of the folder, then syncs its name
         if in_write:
             windows[-1].append(n)
             if op == "write":
@@ -119,7 +115,7 @@ def outcomes(tmp_path_factory):
 def test_every_call_of_both_product_writes_is_a_kill_point(outcomes):
     # first write: the folder's name synced, mkdir... rename, folder synced, then the record's append;
     # the superseding write the same without the folder. And every write also killed halfway.
-    assert len(outcomes) >= 2 * 10
+    assert len(outcomes) == 13 + 11 + 1
     killed = [o for o in outcomes.values() if o["killed"]]
     assert len(killed) == len(outcomes) - 1  # all but the uninterrupted reference run
 
