@@ -27,12 +27,15 @@ def command(run_id: RunId, directory: options.Directory = None, store_url: optio
     its tool declares `reconcile`, which settles it by asking the world. A
     failed verification prints an ALERT line; one that no rollback undid
     stops the run (exit 3) too. A
-    finished run is reported, not re-run; a corrupt log is refused.
+    finished run is reported, not re-run; a corrupt log is refused. Before
+    anything runs, every intermediate product the run referenced is checked
+    (present, same size and SHA-256): a missing or altered one refuses the
+    resume (exit 4), naming it.
 
     Exit: 0 finished, 1 the run ended in an error (or the log is corrupt, or
     the model call failed: resume again once fixed), 2 unknown run id, bad
-    input, or the run is held by a live process, 3 needs an operator, 130
-    interrupted.
+    input, or the run is held by a live process, 3 needs an operator, 4 a
+    product the run referenced is missing or altered, 130 interrupted.
 
     \b
     Example:
