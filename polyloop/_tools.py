@@ -47,9 +47,10 @@ class ToolContext:
             pass it to external services so they can de-duplicate.
         artifacts: store and read the run's intermediate products
             (`ctx.artifacts.write(name, data)` returns an `ArtifactRef`;
-            docs/how-to/keep-intermediate-products.md). Only an action's
-            context has a working one; a guard's, or a context built by
-            hand, raises `RuntimeError` when it is used.
+            docs/how-to/keep-intermediate-products.md). Meant for the tool
+            itself: a rollback's context, one a resumed run gives a verify
+            or reconcile guard, and one built by hand have none (using it
+            raises `RuntimeError`).
     """
 
     run_id: str

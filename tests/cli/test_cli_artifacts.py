@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from cli_helpers import Cli, HERE, logs_digest, one_line_error

@@ -11,13 +11,11 @@ import pytest
 
 from polyloop import (
     Agent,
-    ArtifactError,
     ArtifactRef,
     CheckpointError,
     InvalidInputError,
     JsonlStore,
     ScriptedModel,
-    StoreError,
     ToolContext,
     classify,
     inspect_run,
@@ -270,3 +268,28 @@ def test_a_context_built_by_hand_has_no_products():
     ctx = ToolContext("r", 1, 1, "s1-a1", "k")
     with pytest.raises(RuntimeError, match="belongs to no run"):
         ctx.artifacts.write("x", b"x")
+
+
+def test_a_guarded_tool_resumed_before_its_precondition_keeps_its_product(tmp_path):
+    calls = []
+
+    @tool
+    def publish(page: str, ctx: ToolContext) -> ArtifactRef:
+        """Publish a page, keeping what was published."""
+        return ctx.artifacts.write(f"{page}.html", b"<h1>hi</h1>")
+
+    @publish.precondition
+    def _(args, ctx):
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            raise Crash  # the process dies after the intent, before the precondition's record
+        return True
+
+    script = [{"tool": "publish", "args": {"page": "home"}}, {"final": "ok"}]
+    store = JsonlStore(tmp_path)
+    agent = Agent(model=ScriptedModel(script), tools=[publish])
+    with pytest.raises(Crash):
+        asyncio.run(agent.run("go", run_id="g1", store=store))
+    assert asyncio.run(agent.run("go", run_id="g1", store=store)).text == "ok"
+    report = asyncio.run(inspect_run(store, "g1"))
+    assert [(a.ref.name, a.state, a.ref.result_id) for a in report.artifacts] == [("home.html", "ok", "s1-a1")]
