@@ -233,7 +233,7 @@ async def inspect_run(store: Store, run_id: str) -> RunReport:
     next_action = describe(nxt, run_id)
     artifacts = tuple(await product_checks(store, walker))
     bad = [a for a in artifacts if a.state in ("missing", "altered")]
-    if bad and status == "resumable":
+    if bad and status in ("resumable", "needs_operator"):  # what resume refuses first
         reason = f"the checkpoint is no longer valid: {bad[0].sentence()}"
         next_action = (
             f"refuse: {bad[0].sentence()}; start over under a new run id, or accept the change with "

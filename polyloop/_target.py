@@ -178,9 +178,9 @@ async def resume_run(
         if isinstance(nxt, Finished) and walker.finished is not None:
             f = walker.finished
             return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
+        await check_products(store, walker)
         if isinstance(nxt, NeedsOperator):
             raise NeedsOperatorError(run_id, nxt.executions)
-        await check_products(store, walker)
         assert walker.started is not None
         target = walker.started.target
         if not target:
