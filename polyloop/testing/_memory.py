@@ -30,7 +30,8 @@ class MemoryStore:
     survives the process; within it, it behaves like any store: exclusive
     creation, ordered appends, one holder per run (`lock`), and records that
     go through the same JSON encoding, so a value that would not serialize
-    fails here too.
+    fails here too. It keeps products too (the `ArtifactStore` capability),
+    as bytes in memory.
     """
 
     def __init__(self) -> None:
