@@ -41,7 +41,9 @@ def command(
     happened), with the tool's replay policy (`safe` or `never`), tokens
     spent and re-spent, operators' resolutions, the run's status
     (finished, needs_operator, resumable, corrupt, active), why it stopped,
-    and - for an unknown `never` action - the exact mark-resolved commands.
+    and - for an unknown `never` action - the exact mark-resolved commands,
+    and every intermediate product the run referenced, checked (ok,
+    missing, altered, unsettled).
     The text lists the last 20 steps (--all for every step, --steps FROM-TO
     for a range); whatever waits for a person is always shown. --json holds
     every step. For a stopped run it also shows the checkpoint's validity

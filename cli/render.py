@@ -659,6 +659,19 @@ def inspect_report(
             _line(console, *parts)
     if rec is not None:
         _checkpoint_lines(console, report)
+    if report.artifacts:
+        console.print()
+        _line(console, ("products", "bold"))
+        for a in report.artifacts[:SHOWN_PROBLEMS]:
+            r = a.ref
+            style = {"ok": "green", "unsettled": "yellow"}.get(a.state, "bold red")
+            _line(
+                console, "  ", (f"{a.state:<9}", style), " ", (clip(r.name, 200), "bold"),
+                f"  {clip(r.path, 400)}  {r.size} bytes  sha256 {clip(r.sha256, 64)[:16]}…  by {clip(r.result_id, 40)}",
+            )
+        if len(report.artifacts) > SHOWN_PROBLEMS:
+            hidden = len(report.artifacts) - SHOWN_PROBLEMS
+            _line(console, (f"          … and {hidden} more products (--json lists them all)", "dim"))
     if report.problems:
         console.print()
         _line(console, ("problems", "bold red"))
@@ -752,7 +765,7 @@ def verify_report(report: VerifyReport, *, strict: bool) -> None:
     for f in report.files:
         if f.status == "ok":
             continue
-        style = "bold red" if f.status == "corrupt" or strict else "yellow"
+        style = "bold red" if f.status in ("corrupt", "bad_product") or strict else "yellow"
         for line, message in (f.problems or ((None, ""),))[:SHOWN_PROBLEMS]:
             where = f"line {line}: " if line is not None else ""
             _line(console, (f"{f.status:<9}", style), " ", clip(f.path, 400), "  ", clip(f"{where}{message}", 400))
@@ -765,6 +778,7 @@ def verify_report(report: VerifyReport, *, strict: bool) -> None:
         verdict,
         f"  {total} log{'' if total == 1 else 's'} checked: {s['ok']} ok, "
         f"{s['torn_tail']} torn tail{'' if s['torn_tail'] == 1 else 's'}, {s['corrupt']} corrupt",
+        f", {s['bad_product']} with a missing or altered product" if s["bad_product"] else "",
         " (torn tails fail with --strict)" if strict and s["torn_tail"] else "",
     )
 

@@ -57,11 +57,15 @@ def command(
     its tool declares `reconcile`, which settles it by asking the world. A
     failed verification prints an ALERT line; one that no rollback undid
     stops the run (exit 3) too. A
-    finished run is reported, not re-run; a corrupt log is refused.
+    finished run is reported, not re-run; a corrupt log is refused. Before
+    anything runs, every intermediate product the run referenced is checked
+    (present, same size and SHA-256): a missing or altered one refuses the
+    resume (exit 4), naming it.
 
     Before anything runs, the run's inputs (re-read from the paths recorded
     at its start, or the --input given now), logic version and agent
-    configuration are compared with what the log recorded: any change
+    configuration, and every intermediate product it referenced, are compared
+    with what the log recorded: any change
     refuses the resume (exit 4) naming it; start over under a new run id,
     or continue with --accept-changes --reason TEXT (written to the log). A
     run resumed its crash-loop budget of times without completing a step
@@ -71,7 +75,7 @@ def command(
     failure budget (or the log is corrupt, or the model call failed: resume
     again once fixed), 2 unknown run id, bad input, or the run is held by a
     live process, 3 needs an operator (or a crash loop), 4 the checkpoint is
-    no longer valid, 130 interrupted.
+    no longer valid (an input, the logic, the configuration or a product), 130 interrupted.
 
     \b
     Example:

@@ -36,6 +36,10 @@ def command(
 ) -> None:
     """Check every *.jsonl log under DIR: decode every line, apply every invariant.
 
+    Intermediate products a log references (in RUN.artifacts/ beside it)
+    are checked too: a missing or altered one is reported as bad_product
+    and fails the check.
+
     A torn tail (the last write of a crashed process, cut off) is a normal
     crash artefact: it is reported but does not fail unless --strict.
     Corruption (a state no correct writer produces) is reported with its file
@@ -45,8 +49,8 @@ def command(
     With --store postgresql://... it checks every run in the database
     instead, with the same rules and report.
 
-    Exit: 0 no corruption, 1 corruption found (or a torn tail with
-    --strict), 2 DIR is not a directory (or neither DIR nor --store given).
+    Exit: 0 no corruption, 1 corruption or a bad product found (or a torn
+    tail with --strict), 2 DIR is not a directory (or neither DIR nor --store given).
 
     \b
     Example:

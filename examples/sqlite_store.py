@@ -47,6 +47,14 @@ How this store keeps the port's promises:
   `<db>.locks/<run_id>.lock`, released by the kernel when the holder dies.
   Like SQLite itself, this assumes one machine (a local file system).
 
+What it lacks: the optional `polyloop.ArtifactStore` capability (log format
+1.2), which keeps intermediate products (`ctx.artifacts`). With this store a
+tool's `ctx.artifacts.write` raises `StoreError` (the tool's error
+observation); the contract kit's `products_round_trip` passes by skipping.
+Adding it is a `products(run_id, name, data BLOB)` table written in one
+transaction per product (`put_product`, `get_product`) and `write_artifact`
+appending the record like a result.
+
 Nothing here promises that a record and the side effect it describes happen
 together — no store can; that is why intents exist.
 """

@@ -10,6 +10,7 @@ record one indivisible act.
 """
 
 from ._agent import Agent, RunResult, default_directory
+from ._artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._batch import BatchInterrupted, run_batch
 from ._batch_plan import BatchError
 from ._batch_report import BatchProgress, BatchReport, BatchRun
@@ -19,6 +20,7 @@ from ._classify import Execution, Recovery, StepView, check, classify
 from ._errors import (
     AlertError,
     ApprovalRequiredError,
+    ArtifactError,
     CheckpointError,
     CorruptLogError,
     DecisionError,
@@ -50,6 +52,7 @@ from ._records import (
     Decision,
     CheckpointAccepted,
     CrashLoopAccepted,
+    Artifact,
     GuardCheck,
     RecordError,
     Resumed,
@@ -63,7 +66,7 @@ from ._records import (
 )
 from ._records import decode as decode_record
 from ._records import encode as encode_record
-from ._store import LockingStore, Store
+from ._store import ArtifactStore, LockingStore, Store
 from ._target import load_target, resume_run, run_target
 from ._tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
 from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs
@@ -77,6 +80,11 @@ __all__ = [
     "AlertError",
     "ApprovalRequest",
     "ApprovalRequiredError",
+    "Artifact",
+    "ArtifactError",
+    "ArtifactRef",
+    "ArtifactStore",
+    "Artifacts",
     "BatchError",
     "BatchInterrupted",
     "BatchProgress",
@@ -105,6 +113,7 @@ __all__ = [
     "NeedsOperatorError",
     "PolyLoopError",
     "Problem",
+    "ProductCheck",
     "Reconciled",
     "Record",
     "RecordError",

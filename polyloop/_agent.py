@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._artifacts import accepted_products, check_products
 from ._classify import max_steps_of
 from ._errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from ._ids import check_run_id, new_run_id
@@ -241,6 +242,8 @@ class Agent:
             InvalidInputError: an input cannot be read, or an acceptance has no reason.
             ModelCallError: the model call failed; the run stays resumable.
             StoreError: the store failed; the run stops and stays resumable.
+            CheckpointError: resuming, a product the run referenced is missing
+                or altered (docs/how-to/keep-intermediate-products.md); nothing ran.
         """
         if store is None:
             from .stores import JsonlStore
@@ -287,6 +290,8 @@ class Agent:
             recorded = max_steps_of(walker.started)
             if max_steps is not None and max_steps != recorded:
                 raise RunMismatchError(run_id, "max_steps", recorded, max_steps)
+            if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
+                await check_products(store, walker, accepted=accepted_products(walker))
             return await _Run(self, store, walker, resume).go()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from ._decision_walk import DecisionHandlers, RequestView, approvals_of, check_approval_config
 from ._budget_walk import BudgetHandlers
+from ._artifact_walk import ArtifactHandlers
 from ._errors import CorruptLogError, Problem
 from ._calls_walk import CallHandlers, tool_calls_of
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
@@ -45,6 +46,7 @@ from ._records import (
     Decision,
     CheckpointAccepted,
     CrashLoopAccepted,
+    Artifact,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -179,7 +181,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers):
+class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, ArtifactHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -208,6 +210,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers):
         self.approvals: dict[str, str] = {}
         self.requests: dict[str, RequestView] = {}
         self._init_budgets()
+        self.artifacts: dict[str, Artifact] = {}
         self._handlers: dict[type, Callable[[Any, int], str | tuple[int, str] | None]] = {
             RunStarted: self._run_started,
             Intent: self._intent,
@@ -222,6 +225,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers):
             CheckpointAccepted: self._checkpoint_accepted,
             Resumed: self._resumed,
             CrashLoopAccepted: self._crash_loop_accepted,
+            Artifact: self._artifact,
         }
 
     # -- feeding ------------------------------------------------------------------

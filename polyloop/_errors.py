@@ -13,9 +13,10 @@
     │   └── SchemaVersionError the log was written by an unknown major format (also a RecordError)
     ├── NeedsOperatorError     an unknown `never` execution must be settled first
     │   ├── AlertError         a failed verification no rollback undid must be settled first
-    │   └── ApprovalRequiredError  a tool call waits for a person's approval or answer
+    │   ├── ApprovalRequiredError  a tool call waits for a person's approval or answer
     │   └── CrashLoopError     the run was resumed too often without progress (log format 1.2)
-    ├── CheckpointError        what the run depends on changed since it started (exit code 4)
+    ├── CheckpointError        the checkpoint is no longer valid (an input, the logic, a product): exit 4
+    ├── ArtifactError          a product a tool reads is missing or not what the run recorded
     ├── ResolutionError        mark-resolved named something that waits for nobody
     ├── DecisionError          approve/deny/answer refused: no such open request, or a mismatch
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
@@ -347,6 +348,25 @@ class CheckpointError(PolyLoopError):
     def __init__(self, run_id: str, message: str, differences: Sequence[Any] = ()) -> None:
         self.run_id = run_id
         self.differences = tuple(differences)
+        super().__init__(message)
+
+
+class ArtifactError(PolyLoopError):
+    """A product a tool asked for (`ctx.artifacts.read`) is unknown, missing or altered.
+
+    Raised inside the tool, so it becomes the tool's error observation like
+    any exception a tool raises. Differs from `CheckpointError`, which
+    refuses a whole resume before anything runs when a referenced product
+    is missing or altered.
+
+    Attributes:
+        run_id: the run.
+        name: the product's name.
+    """
+
+    def __init__(self, run_id: str, name: str, message: str) -> None:
+        self.run_id = run_id
+        self.name = name
         super().__init__(message)
 
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import inspect
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from ._errors import RunMismatchError
 from ._ids import result_id, rollback_key
 from ._model import _History
 from ._plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
+from ._artifacts import Artifacts
 from ._records import ActionResult, GuardCheck, Intent, Resolution, representable
 from ._tools import Reconciled, Tool, ToolContext, call_guard, observation_text
 
@@ -41,6 +43,7 @@ async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
     assert intent.args is not None and intent.idempotency_key is not None
     ctx = ToolContext(run.run_id, nxt.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
     if isinstance(nxt, ContinueAction):
+        ctx = dataclasses.replace(ctx, artifacts=Artifacts(run, intent.result_id))  # the tool runs: it may keep products
         await run._execute(tool, ctx, intent.args, history)
     elif isinstance(nxt, Verify):
         await _verify(run, tool, ctx, intent.args, nxt.observation)

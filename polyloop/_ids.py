@@ -9,7 +9,7 @@ import time
 
 import orjson
 
-from ._errors import InvalidRunIdError
+from ._errors import InvalidInputError, InvalidRunIdError
 
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
 MAX_RUN_ID_LENGTH = 200
@@ -31,6 +31,22 @@ def check_run_id(run_id: object) -> str:
     ):
         raise InvalidRunIdError(run_id)
     return run_id
+
+
+def check_product_name(name: object) -> str:
+    """Return `name` if it is a safe product name, else raise `InvalidInputError`.
+
+    The rules of `check_run_id`: `[A-Za-z0-9._-]+`, not starting with a dot
+    or a dash, at most 200 characters. A product name is one file name in
+    its run's product folder: no `/`, no `..`, no way out of it.
+    """
+    try:
+        return check_run_id(name)
+    except InvalidRunIdError:
+        raise InvalidInputError(
+            f"invalid product name {name!r}: use letters, digits, '.', '_' and '-' only, "
+            f"not starting with '.' or '-', at most {MAX_RUN_ID_LENGTH} characters"
+        ) from None
 
 
 def new_run_id() -> str:

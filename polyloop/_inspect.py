@@ -7,6 +7,7 @@ import getpass
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._artifacts import ProductCheck, accepted_products, product_checks
 from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError
 from ._ids import check_run_id
@@ -52,6 +53,8 @@ class RunReport:
             `{"valid": None, "differences": [], "not_checked": WHY}` when
             the target could not be loaded; None for a finished, active or
             corrupt run, or when not asked.
+        artifacts: every product the run references (latest reference per
+            name), checked against what the store holds now (log format 1.2).
     """
 
     run_id: str
@@ -64,6 +67,7 @@ class RunReport:
     holder: str | None = None
     torn_line: int | None = None
     validity: dict[str, Any] | None = None
+    artifacts: tuple[ProductCheck, ...] = ()
 
     @property
     def waiting(self) -> list[dict[str, Any]]:
@@ -106,6 +110,7 @@ class RunReport:
             "holder": self.holder,
             "torn_tail_line": self.torn_line,
             "waiting": self.waiting,
+            "artifacts": [a.to_json() for a in self.artifacts],
         }
         if rec is None:
             doc.update(goal=None, target=None, steps=0, tools=None, executions=[], resolutions=[], tokens=None)
@@ -330,6 +335,15 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
             from ._validity import refusal
 
             next_action = f"refuse (exit code 4): {refusal(run_id, verdict_now['differences'])}"
+    artifacts = tuple(await product_checks(store, walker))
+    accepted = accepted_products(walker)
+    bad = [a for a in artifacts if a.state in ("missing", "altered") and (a.ref.name, a.now_sha256) not in accepted]
+    if bad and status in ("resumable", "needs_operator"):  # what resume refuses first
+        reason = f"the checkpoint is no longer valid: {bad[0].sentence()}"
+        next_action = (
+            f"refuse: {bad[0].sentence()}; start over under a new run id, or accept the change with "
+            f"`polyloop resume {run_id} --accept-changes --reason TEXT`"
+        )
     if status == "active":
         next_action = f"nothing while it is active; once it is not: {next_action}"
     return RunReport(
@@ -342,6 +356,7 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
         holder=holder,
         torn_line=torn_line,
         validity=verdict_now,
+        artifacts=artifacts,
     )
 
 

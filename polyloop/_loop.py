@@ -59,11 +59,13 @@ from ._plan import (
     StepCalls,
     plan,
 )
+from ._artifacts import Artifacts, check_products
 from ._records import (
     ActionResult,
     ApprovalRequest,
     CheckpointAccepted,
     CrashLoopAccepted,
+    Artifact,
     FinishReason,
     GuardCheck,
     Intent,
@@ -250,6 +252,9 @@ class _Run:
         self.refused: dict[tuple[int, int], str] = {}
         self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
         self._write_intents = getattr(store, "write_intents", None)
+        # Resumed with an action in flight: a product it may have replaced is only `unsettled`
+        # (see polyloop._artifacts); once its step completes, every product is checked again.
+        self.recheck_products = bool(walker.artifacts) and bool(walker.in_flight())
         self._writers = {
             Intent: store.write_intent,
             ModelCallResult: store.write_model_call_result,
@@ -262,6 +267,7 @@ class _Run:
             CheckpointAccepted: getattr(store, "write_checkpoint_accepted", None),
             Resumed: getattr(store, "write_resumed", None),
             CrashLoopAccepted: getattr(store, "write_crash_loop_accepted", None),
+            Artifact: getattr(store, "write_artifact", None),
         }
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -348,6 +354,9 @@ class _Run:
         if not self.walker.feed(record):
             problem = self.walker.problems[-1]
             raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
+        if self.recheck_products and isinstance(record, StepCompleted):
+            self.recheck_products = False
+            await check_products(self.store, self.walker, when=f"stops after step {record.step}")
 
     async def _call_model(self, nxt: CallModel, history: _History) -> None:
         step, attempt = nxt.step, nxt.attempt
@@ -384,7 +393,7 @@ class _Run:
             raise ApprovalRequiredError(self.run_id, self.walker.waiting_requests())
         tool, intent = prepared
         await self._write(intent)
-        await self._execute(tool, _context(self.run_id, intent), nxt.args, history)
+        await self._execute(tool, _context(self, intent), nxt.args, history)
 
     def _prepare(self, nxt: RunAction) -> tuple[Tool, Intent] | ApprovalRequest | str:
         """The tool and intent of an action; or the request to write when the call waits for a
@@ -476,7 +485,7 @@ class _Run:
             await self._guarded(move, history)
             return
         assert tool is not None
-        await self._execute(tool, _context(self.run_id, intent), move.args, history)
+        await self._execute(tool, _context(self, intent), move.args, history)
 
     async def _write_all(self, intents: list[Intent]) -> None:
         """Make the intents durable before any of their calls runs (one durable write if the store can)."""
@@ -581,9 +590,11 @@ _NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools an
 _PENDING = (RunAction, ContinueAction, Verify, Rollback, Reconcile)
 
 
-def _context(run_id: str, intent: Intent) -> ToolContext:
+def _context(run: _Run, intent: Intent) -> ToolContext:
+    """What the tool of an action learns: its ids, key and call, and its run's products."""
     assert intent.idempotency_key is not None
-    return ToolContext(run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
+    return ToolContext(run.run_id, intent.step, intent.attempt, intent.result_id, intent.idempotency_key,
+                       intent.call, Artifacts(run, intent.result_id))
 
 
 def _settled(move: Any) -> tuple[str | None, str, bool]:

@@ -14,6 +14,7 @@ import contextlib
 import datetime as _dt
 import gc
 import hashlib
+import re
 import threading
 import time as _time
 from collections.abc import Iterator
@@ -302,6 +303,25 @@ class CrashLoopAccepted:
     at: str = field(default_factory=utc_now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Artifact:
+    """A reference to an intermediate product a tool stored (log format 1.2).
+
+    Appended after the product is durable (docs/how-to/keep-intermediate-products.md);
+    the log holds the reference, never the content. `result_id` names the
+    action that wrote it; `path` is `<run_id>.artifacts/<name>`, relative to
+    the store's run folder. A later record for the same name supersedes it.
+    """
+
+    TAG: ClassVar[str] = "artifact"
+    result_id: str
+    name: str
+    path: str
+    size: int
+    sha256: str
+    at: str = field(default_factory=utc_now)
+
+
 Record = Union[
     RunStarted,
     Intent,
@@ -316,6 +336,7 @@ Record = Union[
     CheckpointAccepted,
     Resumed,
     CrashLoopAccepted,
+    Artifact,
 ]
 RECORD_TYPES: tuple[type, ...] = (
     RunStarted,
@@ -331,11 +352,14 @@ RECORD_TYPES: tuple[type, ...] = (
     CheckpointAccepted,
     Resumed,
     CrashLoopAccepted,
+    Artifact,
 )
 # Records a 1.0 writer never wrote.
 NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
 # Records a 1.0 or 1.1 writer never wrote.
-NEW_IN_1_2: tuple[type, ...] = (ApprovalRequest, Decision, CheckpointAccepted, Resumed, CrashLoopAccepted)
+NEW_IN_1_2: tuple[type, ...] = (
+    ApprovalRequest, Decision, CheckpointAccepted, Resumed, CrashLoopAccepted, Artifact,
+)
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
@@ -510,6 +534,14 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "by": (_STR, False),
         "at": (_STR, False),
     },
+    Artifact: {
+        "result_id": (_STR, False),
+        "name": (_STR, False),
+        "path": (_STR, False),
+        "size": (_INT, False),
+        "sha256": (_STR, False),
+        "at": (_STR, False),
+    },
 }
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
@@ -526,6 +558,7 @@ _OPTIONAL = {
     CheckpointAccepted: set(),
     Resumed: set(),
     CrashLoopAccepted: set(),
+    Artifact: set(),
 }
 
 
@@ -565,6 +598,7 @@ def decode(obj: Any) -> Record:
 
 
 _MISSING = object()
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 # _SPEC and _OPTIONAL flattened for decode's loop (one tuple per field, read
 # once per record): (name, accepted types, nullable, optional).
 _FIELDS: dict[type, tuple[tuple[str, tuple[type, ...], bool, bool], ...]] = {
@@ -638,6 +672,11 @@ def _check_values(cls: type, v: dict[str, Any]) -> None:
     elif cls is CrashLoopAccepted:
         if v["resumes"] < 0:
             raise RecordError("crash_loop_accepted.resumes is not negative")
+    elif cls is Artifact:
+        if v["size"] < 0:
+            raise RecordError("artifact.size must not be negative")
+        if not _SHA256.fullmatch(v["sha256"]):
+            raise RecordError("artifact.sha256 is not 64 lowercase hex digits")
     elif cls is ModelCallResult:
         if (v["output"] is None) == (v.get("error") is None):
             raise RecordError("model_call_result has exactly one of output and error")

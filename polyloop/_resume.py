@@ -61,6 +61,11 @@ class Resume:
         assert walker.started is not None
         by = self.by or default_by()
         diffs = differences(walker.started, walker.accepted, run.agent, inputs=self.inputs)
+        if self.accept_changes:  # without it, altered products refused the resume before the lock's work
+            from ._artifacts import accepted_products, bad_products
+
+            bad = await bad_products(run.store, walker, accepted=accepted_products(walker))
+            diffs += [c.difference() for c in bad]
         if diffs:
             if not self.accept_changes:
                 raise refusal(run.run_id, diffs)

@@ -13,6 +13,7 @@ from ._records import (
     CheckpointAccepted,
     CrashLoopAccepted,
     Resumed,
+    Artifact,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -200,3 +201,38 @@ class ParsingStore(Protocol):
     """
 
     async def read_parsed(self, run_id: str) -> Any: ...
+
+
+@runtime_checkable
+class ArtifactStore(Protocol):
+    """A store that keeps the intermediate products of runs (optional capability, log format 1.2).
+
+    Products are addressed by run id and name (a safe file name, as
+    `polyloop.check_run_id` defines it); the library writes the reference
+    (`write_artifact`) only after `put_product` returned. Without this
+    capability a tool's `ctx.artifacts.write` fails with a `StoreError`
+    (the tool's error observation) and nothing else changes.
+    """
+
+    async def put_product(self, run_id: str, name: str, data: bytes) -> None:
+        """Store `data` as product `name` of the run, replacing any earlier one.
+
+        Atomic: a reader sees the whole earlier product (or none) or the
+        whole new one, never a part, whatever crash comes in between.
+        Durable before it returns, through a crash of the machine. Raise
+        `StoreError` on failure (the product is then the earlier one or absent).
+        """
+        ...
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        """The product's bytes as stored, or None when there is none. Nothing is verified here."""
+        ...
+
+    async def write_artifact(self, run_id: str, record: Artifact) -> None:
+        """Append a product reference to the run's log (log format 1.2).
+
+        Survives a crash of the process; durable with the next durable
+        write (the reference always follows a durable product, and the
+        tool's result, which may quote it, follows the reference).
+        """
+        ...

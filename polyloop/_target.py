@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._agent import Agent, RunResult
+from ._artifacts import accepted_products, check_products
 from ._errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._ids import check_run_id
 from ._loop import _Run, held, verdict, walk_off_loop
@@ -187,8 +188,9 @@ async def resume_run(
         CorruptLogError: the log cannot come from a correct writer.
         NeedsOperatorError: an unknown `never` action must be settled first.
         TargetError: no target was recorded, or it cannot be loaded.
-        CheckpointError: an input, the logic version or the configuration
-            changed (nothing was written); accept with `accept_changes`.
+        CheckpointError: an input, the logic version, the configuration or a
+            product the run referenced changed (nothing was written; products
+            are checked before the target is imported); accept with `accept_changes`.
         CrashLoopError: the crash-loop budget is spent (nothing was written).
         and everything `Agent.run` raises.
     """
@@ -202,6 +204,8 @@ async def resume_run(
         if isinstance(nxt, Finished) and walker.finished is not None:
             f = walker.finished
             return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
+        if not resume.accept_changes:  # accepted changes are weighed by Resume.open
+            await check_products(store, walker, accepted=accepted_products(walker))
         if isinstance(nxt, NeedsOperator):
             raise NeedsOperatorError(run_id, nxt.executions)
         assert walker.started is not None

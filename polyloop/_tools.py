@@ -15,11 +15,12 @@ import sys
 import typing
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Union, overload
 
 import orjson
 
+from ._artifacts import NO_ARTIFACTS, Artifacts
 from ._records import representable
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ class ToolContext:
             pass it to external services so they can de-duplicate.
         call: which of the step's tool calls this is (from 1) when the model
             asked for several at once; None for a step's only call.
+        artifacts: store and read the run's intermediate products
+            (`ctx.artifacts.write(name, data)` returns an `ArtifactRef`;
+            docs/how-to/keep-intermediate-products.md). Meant for the tool
+            itself: a rollback's context, one a resumed run gives a verify
+            or reconcile guard, and one built by hand have none (using it
+            raises `RuntimeError`).
     """
 
     run_id: str
@@ -55,6 +62,7 @@ class ToolContext:
     result_id: str
     idempotency_key: str
     call: int | None = None
+    artifacts: Artifacts = field(default=NO_ARTIFACTS, repr=False, compare=False)
 
 
 class Tool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import glob
 import inspect
 import os
@@ -41,8 +42,9 @@ from .._errors import (
     RunNotFoundError,
     StoreError,
 )
-from .._ids import check_run_id
+from .._ids import check_product_name, check_run_id
 from .._records import (
+    Artifact,
     Intent,
     ModelCallResult,
     Record,
@@ -114,6 +116,7 @@ class JsonlStore:
         self._held: set[str] = set()
         self._logs: dict[str, _OpenLog] = {}
         self._parent_synced = False
+        self._folders_synced: set[str] = set()  # product folders whose name this store made durable
         self._workers: DiskWorkers | None = None
         self._finalizer: weakref.finalize | None = None
         self._start_lock = threading.Lock()
@@ -416,6 +419,114 @@ class JsonlStore:
             if match and not _alive(int(match.group(1))):
                 with contextlib.suppress(OSError):
                     self._disk.unlink(leftover)
+
+    # -- products (log format 1.2) -----------------------------------------------
+
+    def product_folder(self, run_id: str) -> Path:
+        """Where the run's products live: `<directory>/<run_id>.artifacts/`."""
+        return self.directory / f"{check_run_id(run_id)}.artifacts"
+
+    async def write_artifact(self, run_id: str, record: Artifact) -> None:
+        await self._append_soon(run_id, encode(record))
+
+    async def put_product(self, run_id: str, name: str, data: bytes) -> None:
+        """Store a product atomically and durably: temp file, write, fsync, rename, fsync of the folder.
+
+        The temporary file (`.<name>.<pid>.<random>.tmp`, never a valid
+        product name) is in the product's own folder, so the rename is
+        atomic; a crash at any point leaves the old product (or none) or the
+        whole new one. The first product of a run this store writes also
+        makes the folder's own name durable.
+
+        Raises:
+            InvalidRunIdError, InvalidInputError: an unsafe run id or product name.
+            StoreError: the product could not be written (it is then the old one or absent).
+        """
+        check_run_id(run_id)
+        check_product_name(name)
+        content = bytes(data)
+        await self._hand_off(lambda: self._put(run_id, name, content))
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        """The product's bytes, or None when it does not exist; never follows a symbolic link.
+
+        Raises:
+            StoreError: it cannot be read, or it (or its folder) is not a
+                regular file (directory) but, say, a symbolic link.
+        """
+        check_run_id(run_id)
+        check_product_name(name)
+        return await self._hand_off(lambda: self._get(run_id, name))
+
+    def _put(self, run_id: str, name: str, data: bytes) -> None:
+        disk = self._disk
+        folder = f"{self._prefix}{run_id}.artifacts"
+        final = os.path.join(folder, name)
+        try:
+            self._make_folder(folder)
+            self._sweep_stale_products(folder, name)
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+            fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _SAFE, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot write product {name!r} in {folder}: {why(folder, exc)}", run_id=run_id) from exc
+        try:
+            try:
+                disk.write(fd, data)
+                disk.fsync(fd)
+            finally:
+                disk.close(fd)
+            disk.rename(tmp, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                disk.unlink(tmp)
+            raise StoreError(f"cannot write product {final}: {exc.strerror or exc}", run_id=run_id) from exc
+        try:
+            disk.fsync_dir(folder)
+        except OSError as exc:
+            raise StoreError(f"cannot sync {folder}: {exc.strerror or exc}", run_id=run_id) from exc
+
+    def _make_folder(self, folder: str) -> None:
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            self._disk.mkdir(folder)
+            mode = stat.S_IFDIR
+        if not stat.S_ISDIR(mode):
+            raise OSError(errno.ENOTDIR, f"it is {kind_of(mode)}, not a directory", folder)
+        if folder not in self._folders_synced:
+            # The folder's name in the run directory must be durable before
+            # any product in it is acknowledged (a crash may have come
+            # between an earlier process's mkdir and its sync).
+            self._disk.fsync_dir(self._dir)
+            self._folders_synced.add(folder)
+
+    def _sweep_stale_products(self, folder: str, name: str) -> None:
+        # A crash during a write leaves `.<name>.<pid>.<rand>.tmp`; remove
+        # those whose writer is dead (a live one may be mid-write).
+        pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+        for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")):
+            match = pattern.fullmatch(os.path.basename(leftover))
+            if match and not _alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    self._disk.unlink(leftover)
+
+    def _get(self, run_id: str, name: str) -> bytes | None:
+        folder = f"{self._prefix}{run_id}.artifacts"
+        path = os.path.join(folder, name)
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read {folder}: {exc.strerror or exc}", run_id=run_id) from exc
+        if not stat.S_ISDIR(mode):
+            raise StoreError(f"cannot read products in {folder}: it is {kind_of(mode)}, not a directory", run_id=run_id)
+        try:
+            return self._disk.read(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read product {path}: {why(path, exc)}", run_id=run_id) from exc
 
     # -- reads -------------------------------------------------------------------
 

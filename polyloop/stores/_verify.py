@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -10,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._classify import check
+from .._artifacts import ProductCheck, judge
+from .._classify import Walker, walk
 from .._codec import parse_log
 from ._disk import Disk, not_regular_problem
 
-FileStatus = Literal["ok", "torn_tail", "corrupt"]
+FileStatus = Literal["ok", "torn_tail", "corrupt", "bad_product"]
 
 _DISK = Disk()  # stateless: reads only regular files, never follows a link or waits on a FIFO
 
@@ -25,12 +27,16 @@ class FileVerdict:
 
     `problems` holds `(line, message)` pairs; for a torn tail it names the
     line where the tail starts; `line` is None for problems of the whole file.
+    `products` checks every product the log references (log format 1.2)
+    against `<run_id>.artifacts/` beside it; a missing or altered one makes
+    the status `bad_product` (unless the log is corrupt).
     """
 
     path: str
     run_id: str
     status: FileStatus
     problems: tuple[tuple[int | None, str], ...] = ()
+    products: tuple[ProductCheck, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +44,7 @@ class FileVerdict:
             "run_id": self.run_id,
             "status": self.status,
             "problems": [{"line": line, "message": msg} for line, msg in self.problems],
+            "products": [p.to_json() for p in self.products],
         }
 
 
@@ -49,15 +56,15 @@ class VerifyReport:
 
     @property
     def summary(self) -> dict[str, int]:
-        counts = {"ok": 0, "torn_tail": 0, "corrupt": 0}
+        counts = {"ok": 0, "torn_tail": 0, "corrupt": 0, "bad_product": 0}
         for f in self.files:
             counts[f.status] += 1
         return counts
 
     def failed(self, *, strict: bool = False) -> bool:
-        """Whether CI should fail: any corruption (or, with `strict`, any torn tail)."""
+        """Whether CI should fail: any corruption or bad product (or, with `strict`, any torn tail)."""
         s = self.summary
-        return bool(s["corrupt"] or (strict and s["torn_tail"]))
+        return bool(s["corrupt"] or s["bad_product"] or (strict and s["torn_tail"]))
 
     def to_json(self) -> dict[str, Any]:
         return {"files": [f.to_json() for f in self.files], "summary": self.summary}
@@ -81,14 +88,41 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
     parsed = parse_log(data)
     problems: list[tuple[int | None, str]] = [(q.line, q.message) for q in parsed.problems]
     if not problems:
-        _, found = check(parsed.records, run_id=run_id)
-        problems = [(located.line, located.message) for located in map(parsed.locate, found)]
+        walker = walk(parsed.records, run_id=run_id)
+        problems = [(located.line, located.message) for located in map(parsed.locate, walker.problems)]
     if problems:
         return FileVerdict(str(p), run_id, "corrupt", tuple(problems))
+    products = _products(p, walker)
+    bad = [(None, c.sentence()) for c in products if c.state in ("missing", "altered")]
     if parsed.torn_line is not None:
         message = "torn tail: the last write was cut off by a crash (dropped on read)"
-        return FileVerdict(str(p), run_id, "torn_tail", ((parsed.torn_line, message),))
-    return FileVerdict(str(p), run_id, "ok")
+        problems.append((parsed.torn_line, message))
+    if bad:
+        return FileVerdict(str(p), run_id, "bad_product", tuple(bad + problems), products)
+    if parsed.torn_line is not None:
+        return FileVerdict(str(p), run_id, "torn_tail", tuple(problems), products)
+    return FileVerdict(str(p), run_id, "ok", (), products)
+
+
+def _products(log: Path, walker: Walker) -> tuple[ProductCheck, ...]:
+    """The log's products, checked against the folder beside it.
+
+    A product that is not a regular file (a symbolic link, a FIFO), or in a
+    folder that is a link, is never followed: it counts as missing.
+    """
+    if not walker.artifacts:
+        return ()
+    folder = log.parent / f"{log.name[: -len('.jsonl')]}.artifacts"
+    linked = folder.is_symlink()
+    in_flight = bool(walker.in_flight())
+    checks = []
+    for ref in walker.artifacts.values():
+        data: bytes | None = None
+        if not linked:
+            with contextlib.suppress(OSError):
+                data = _DISK.read(str(folder / ref.name))
+        checks.append(judge(ref, data, in_flight=in_flight))
+    return tuple(checks)
 
 
 def _ignore_sigint() -> None:
@@ -120,6 +154,8 @@ def find_logs(directory: str | os.PathLike[str]) -> list[Path]:
     found = []
     for here, dirs, files in os.walk(root):
         found += [Path(here, name) for name in (*dirs, *files) if name.endswith(".jsonl")]
+        # A run's product folder holds products, not logs (a product may be named `x.jsonl`).
+        dirs[:] = [d for d in dirs if not (d.endswith(".artifacts") and f"{d[: -len('.artifacts')]}.jsonl" in files)]
     return sorted(found)
 
 

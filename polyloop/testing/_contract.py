@@ -23,6 +23,7 @@ from .._inspect import mark_resolved
 from .._model import ScriptedModel
 from .._records import (
     ActionResult,
+    Artifact,
     GuardCheck,
     ApprovalRequest,
     Decision,
@@ -35,8 +36,8 @@ from .._records import (
     StepCompleted,
 )
 from .._records import args_digest
-from .._store import LockingStore, Store
-from .._tools import tool
+from .._store import ArtifactStore, LockingStore, Store
+from .._tools import ToolContext, tool
 
 StoreFactory = Callable[[], Any]
 Property = Callable[[StoreFactory], Awaitable[None]]
@@ -113,6 +114,8 @@ async def _write(store: Store, run_id: str, record: Record) -> None:
         await store.write_approval_request(run_id, record)  # type: ignore[attr-defined]
     elif isinstance(record, Decision):
         await store.write_decision(run_id, record)  # type: ignore[attr-defined]
+    elif isinstance(record, Artifact):
+        await store.write_artifact(run_id, record)  # type: ignore[attr-defined]
     else:
         await store.write_resolution(run_id, record)
 
@@ -450,6 +453,58 @@ async def approval_records_round_trip(factory: StoreFactory) -> None:
     _expect(verdict.execution("s1-a1").state == "done", "the approved action should classify as done")
 
 
+async def products_round_trip(factory: StoreFactory) -> None:
+    """Products read back exactly, per run and name, and a later put replaces the earlier one.
+
+    Only for a store that offers the `ArtifactStore` capability (log format
+    1.2); without it a tool's `ctx.artifacts.write` fails with a clear
+    `StoreError` and every other agent is served. Also checks the `artifact`
+    record round-trips and that a run whose tool stores a product resumes.
+    Atomicity under a crash cannot be seen through the port: a file-based
+    store proves it with the power-loss explorer (tests/crash/powerloss).
+    """
+    store = await _make(factory)
+    if not isinstance(store, ArtifactStore):
+        return
+    one, two = _fresh_id("products"), _fresh_id("products")
+    _expect(await store.get_product(one, "never-written") is None, "get_product of an unwritten name is not None")
+    payloads = [b"", b"\x00\xff\n\r binary \x1b[31m", ("ünïcode ✓ " * 20_000).encode()]
+    for i, data in enumerate(payloads):
+        await store.put_product(one, f"p{i}.bin", data)
+    for i, data in enumerate(payloads):
+        got = await store.get_product(one, f"p{i}.bin")
+        _expect(got == data, f"product p{i}.bin read back {len(got or b'')} bytes, not the {len(data)} written")
+    await store.put_product(one, "p1.bin", b"newer")
+    _expect(await store.get_product(one, "p1.bin") == b"newer", "a second put_product did not replace the product")
+    _expect(await store.get_product(two, "p1.bin") is None, "a product of one run is visible in another")
+
+    records: list[Record] = [
+        RunStarted(run_id=two, goal="products", config={"max_steps": 2, "tools": [{"name": "keep", "replay": "safe"}]}),
+        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+        ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": {"name": "keep", "args": {}}}),
+        Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="keep", args={}, replay="safe",
+               idempotency_key="pl-key"),
+        Artifact(result_id="s1-a1", name="x.json", path=f"{two}.artifacts/x.json", size=3, sha256="ab" * 32),
+    ]
+    for r in records:
+        await _write(store, two, r)
+    got_log = list(await store.read_log(two))
+    _expect(got_log == records, f"read_log returned {got_log!r}, expected {records!r}")
+
+    run_id = _fresh_id("products-run")
+
+    @tool(replay="safe")
+    def keep(ctx: ToolContext) -> Any:
+        return ctx.artifacts.write("kept.txt", "kept")
+
+    agent = Agent(model=ScriptedModel([{"tool": "keep", "args": {}}, {"final": "ok"}]), tools=[keep])
+    result = await agent.run("keep a product", run_id=run_id, store=store)
+    _expect(result.text == "ok", f"the run with a product ended {result.reason}")
+    _expect(await store.get_product(run_id, "kept.txt") == b"kept", "the tool's product did not read back")
+    verdict = classify(list(await store.read_log(run_id)), run_id=run_id)
+    _expect(verdict.status == "finished", "the run with a product should classify as finished")
+
+
 PROPERTIES: tuple[Property, ...] = (
     round_trip_every_record_kind,
     read_back_after_each_write,
@@ -463,6 +518,7 @@ PROPERTIES: tuple[Property, ...] = (
     unknown_major_version_is_refused,
     guard_records_round_trip,
     approval_records_round_trip,
+    products_round_trip,
 )
 
 
@@ -532,3 +588,5 @@ class StoreContract:
 
     def test_approval_records_round_trip(self, store_factory: StoreFactory) -> None:
         asyncio.run(approval_records_round_trip(store_factory))
+    def test_products_round_trip(self, store_factory: StoreFactory) -> None:
+        asyncio.run(products_round_trip(store_factory))

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
-from .._ids import check_run_id
+from .._ids import check_product_name, check_run_id
 from .._records import (
     ActionResult,
     ApprovalRequest,
@@ -14,6 +14,7 @@ from .._records import (
     CheckpointAccepted,
     CrashLoopAccepted,
     Resumed,
+    Artifact,
     GuardCheck,
     Intent,
     ModelCallResult,
@@ -34,12 +35,14 @@ class MemoryStore:
     survives the process; within it, it behaves like any store: exclusive
     creation, ordered appends, one holder per run (`lock`), and records that
     go through the same JSON encoding, so a value that would not serialize
-    fails here too.
+    fails here too. It keeps products too (the `ArtifactStore` capability),
+    as bytes in memory.
     """
 
     def __init__(self) -> None:
         self._logs: dict[str, list[bytes]] = {}
         self._held: set[str] = set()
+        self._products: dict[tuple[str, str], bytes] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._logs)} runs)"
@@ -103,6 +106,15 @@ class MemoryStore:
 
     async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
         self._lines(run_id).append(encode(record))
+
+    async def write_artifact(self, run_id: str, record: Artifact) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def put_product(self, run_id: str, name: str, data: bytes) -> None:
+        self._products[(check_run_id(run_id), check_product_name(name))] = bytes(data)
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        return self._products.get((check_run_id(run_id), check_product_name(name)))
 
     async def read_log(self, run_id: str) -> list[Record]:
         parsed = parse_log(self.raw(run_id))

@@ -64,5 +64,5 @@ def test_the_json_examples_are_real_documents_of_the_documented_shape():
         if e["kind"] == "action":
             assert {"tool", "args", "replay"} <= set(e)
     assert set(verify_doc) == {"files", "summary"}
-    assert set(verify_doc["summary"]) == {"ok", "torn_tail", "corrupt"}
+    assert set(verify_doc["summary"]) == {"ok", "torn_tail", "corrupt", "bad_product"}
     assert set(error_doc["error"]) == {"type", "message", "exit_code"}

@@ -38,10 +38,10 @@ def test_json_shape(cli, tmp_path):
     assert done.code == 1 and done.stderr == ""
     doc = done.json()
     assert set(doc) == {"files", "summary"}
-    assert doc["summary"] == {"ok": 1, "torn_tail": 1, "corrupt": 1}
+    assert doc["summary"] == {"ok": 1, "torn_tail": 1, "corrupt": 1, "bad_product": 0}
     by_id = {f["run_id"]: f for f in doc["files"]}
     for f in doc["files"]:
-        assert set(f) == {"path", "run_id", "status", "problems"}
+        assert set(f) == {"path", "run_id", "status", "problems", "products"}
         for p in f["problems"]:
             assert set(p) == {"line", "message"}
     assert by_id["good"]["status"] == "ok" and by_id["good"]["problems"] == []
@@ -61,7 +61,7 @@ def test_thousands_of_logs_use_worker_processes(cli, tmp_path):
     shutil.copy(runs / "torn.jsonl", many / "torn.jsonl")
     done = cli("verify", str(many), "--json", "--workers", "2")
     assert done.code == 0, done
-    assert done.json()["summary"] == {"ok": 300, "torn_tail": 1, "corrupt": 0}
+    assert done.json()["summary"] == {"ok": 300, "torn_tail": 1, "corrupt": 0, "bad_product": 0}
 
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(cli, tmp_path):

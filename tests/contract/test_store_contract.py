@@ -40,3 +40,15 @@ class ForgetfulStore(MemoryStore):
 def test_the_contract_catches_a_broken_store():
     with pytest.raises(AssertionError, match="round_trip_every_record_kind"):
         check_store(ForgetfulStore)
+
+
+class TruncatingProducts(MemoryStore):
+    """Keeps only the first 1,000 bytes of a product: the contract must notice."""
+
+    async def put_product(self, run_id, name, data):
+        await super().put_product(run_id, name, data[:1000])
+
+
+def test_the_contract_catches_a_store_that_damages_products():
+    with pytest.raises(AssertionError, match="products_round_trip"):
+        check_store(TruncatingProducts)

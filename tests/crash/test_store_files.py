@@ -55,7 +55,7 @@ def test_a_flipped_byte_in_the_last_never_intent_is_refused_and_the_action_never
 
     v = w.cli("verify", str(w.dir), "--json")
     doc = orjson.loads(v.out)
-    assert v.code == 1 and doc["summary"] == {"ok": 0, "torn_tail": 0, "corrupt": 1}, str(v)
+    assert v.code == 1 and doc["summary"] == {"ok": 0, "torn_tail": 0, "corrupt": 1, "bad_product": 0}, str(v)
     assert [p["line"] for p in doc["files"][0]["problems"]] == [len(lines)], doc
     assert w.inspect()["status"] == "corrupt"
     p = w.resume()

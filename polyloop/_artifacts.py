@@ -1,0 +1,334 @@
+"""Intermediate products by reference: `ctx.artifacts`, and their check on resume.
+
+A tool stores a product with `ctx.artifacts.write(name, data)`: the store
+makes the bytes durable atomically (`ArtifactStore.put_product`: a temporary
+file in the same folder, write, fsync, rename, fsync of the folder), then
+the run appends an `artifact` record with the product's size and SHA-256.
+The log holds the reference, never the content. Before a resumed run does
+anything, `check_products` compares every product the run has referenced
+(the latest reference per name) with what the store holds now; a missing or
+altered one refuses the resume (`CheckpointError`, exit code 4). See
+docs/how-to/keep-intermediate-products.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._artifact_walk import product_path
+from ._errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
+from ._ids import check_product_name
+from ._records import Artifact
+from ._store import ArtifactStore, Store
+
+if TYPE_CHECKING:
+    from ._classify import Walker
+
+ProductState = Literal["ok", "missing", "altered", "unsettled"]
+
+# Hashing more than this moves off the event loop (other runs share it).
+_OFF_LOOP_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRef:
+    """A reference to a stored product, as `ctx.artifacts.write` returns it.
+
+    JSON-able: a tool may return it (or a dict or list holding it) and the
+    model reads `{"name", "path", "size", "sha256"}`.
+
+    Attributes:
+        name: the product's name within its run.
+        path: where it lives, relative to the store's run folder
+            (`<run_id>.artifacts/<name>`).
+        size: its length in bytes.
+        sha256: the SHA-256 of its bytes, 64 lowercase hex digits.
+    """
+
+    name: str
+    path: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"name", "path", "size", "sha256"}`."""
+        return {"name": self.name, "path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, slots=True)
+class ProductCheck:
+    """What a referenced product holds now, against its latest reference.
+
+    `state` is `ok`, `missing`, `altered` (other bytes than recorded) or
+    `unsettled`: other bytes than recorded while an action of the open step
+    has no recorded outcome — a crash may have cut it between replacing the
+    product and recording the new reference, so the log cannot tell. The
+    action is settled as any unknown action is (a `safe` one runs again and
+    writes the product again); a later read of the product verifies it.
+    """
+
+    ref: Artifact
+    state: ProductState
+    now_size: int | None = None
+    now_sha256: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.ref
+        now = None if self.now_size is None else {"size": self.now_size, "sha256": self.now_sha256}
+        return {
+            "name": r.name, "path": r.path, "size": r.size, "sha256": r.sha256, "result_id": r.result_id,
+            "ok": self.ok, "state": self.state, "now": now,
+        }
+
+    def difference(self) -> dict[str, Any]:
+        """The `CheckpointError.differences` entry: `{"what": "product", "name", "recorded", "now"}`."""
+        r = self.ref
+        now = None if self.now_size is None else {"size": self.now_size, "sha256": self.now_sha256}
+        recorded = {"path": r.path, "size": r.size, "sha256": r.sha256}
+        return {"what": "product", "name": r.name, "recorded": recorded, "now": now}
+
+    def sentence(self) -> str:
+        r = self.ref
+        if self.state == "missing":
+            return f"product {r.name!r} ({r.path}) is missing"
+        return (
+            f"product {r.name!r} ({r.path}) was altered: recorded {r.size} bytes, sha256 {r.sha256[:12]}…; "
+            f"now {self.now_size} bytes, sha256 {(self.now_sha256 or '')[:12]}…"
+        )
+
+
+def judge(ref: Artifact, data: bytes | None, *, in_flight: bool = False) -> ProductCheck:
+    """Compare a product's bytes (None: it is missing) with its reference; pure."""
+    if data is None:
+        return ProductCheck(ref, "missing")
+    if len(data) == ref.size:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest == ref.sha256:
+            return ProductCheck(ref, "ok", len(data), digest)
+    else:
+        digest = hashlib.sha256(data).hexdigest()
+    return ProductCheck(ref, "unsettled" if in_flight else "altered", len(data), digest)
+
+
+async def product_checks(store: Store, walker: Walker) -> list[ProductCheck]:
+    """Every product the run references (latest reference per name), checked against the store.
+
+    A store without the `ArtifactStore` capability holds none: each is `missing`.
+    """
+    refs = list(walker.artifacts.values())
+    if not refs:
+        return []
+    in_flight = bool(walker.in_flight())
+    checks = []
+    for ref in refs:
+        data = await _get(store, walker.started.run_id if walker.started else "", ref.name)
+        if data is not None and len(data) > _OFF_LOOP_BYTES:
+            checks.append(await asyncio.to_thread(judge, ref, data, in_flight=in_flight))
+        else:
+            checks.append(judge(ref, data, in_flight=in_flight))
+    return checks
+
+
+def accepted_products(walker: Walker) -> set[tuple[str, str]]:
+    """`(name, sha256)` of every product change a `checkpoint_accepted` record accepted."""
+    return {
+        (d["name"], d["now"]["sha256"])
+        for rec in getattr(walker, "accepted", ())
+        for d in rec.differences
+        if d.get("what") == "product" and isinstance(d.get("now"), dict) and d["now"].get("sha256")
+    }
+
+
+async def bad_products(
+    store: Store, walker: Walker, *, accepted: Collection[tuple[str, str]] = ()
+) -> list[ProductCheck]:
+    """The referenced products that are missing or altered, and no override accepted (none for a finished run)."""
+    if walker.finished is not None or not walker.artifacts or walker.started is None:
+        return []
+    return [
+        c for c in await product_checks(store, walker)
+        if c.state in ("missing", "altered") and (c.ref.name, c.now_sha256) not in accepted
+    ]
+
+
+async def check_products(
+    store: Store, walker: Walker, *, accepted: Collection[tuple[str, str]] = (), when: str = "cannot resume"
+) -> None:
+    """Refuse to resume a run whose referenced products are missing or altered.
+
+    Called before anything of a resumed run runs. A finished run is not
+    checked (nothing will run). A product altered while an action of the
+    open step has no recorded outcome is `unsettled`, not refused (see
+    `ProductCheck`); the run loop checks again once that step completed.
+
+    Args:
+        store: where the run lives.
+        walker: the run's walked log.
+        accepted: `(name, sha256 now)` pairs a recorded override accepted.
+        when: how the message says what is refused (`run X cannot resume: ...`).
+
+    Raises:
+        CheckpointError: with one `differences` entry per bad product.
+        StoreError: a product cannot be read.
+    """
+    bad = await bad_products(store, walker, accepted=accepted)
+    if not bad:
+        return
+    assert walker.started is not None
+    run_id = walker.started.run_id
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    lacks = "" if isinstance(store, ArtifactStore) else f" ({_lacks(store)})"
+    message = (
+        f"run {run_id!r} {when}: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
+        "the run recorded could mix old and new products; start over under a new run id, or accept the "
+        f"change on the record with `polyloop resume {run_id} --accept-changes --reason TEXT`"
+    )
+    raise CheckpointError(run_id, message, [c.difference() for c in bad])
+
+
+async def _get(store: Store, run_id: str, name: str) -> bytes | None:
+    if not isinstance(store, ArtifactStore):
+        return None
+    try:
+        return await store.get_product(run_id, name)
+    except PolyLoopError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"store failed to read product {name!r} of run {run_id!r}: {exc}", run_id=run_id) from exc
+
+
+def _lacks(store: object) -> str:
+    return f"{type(store).__name__} keeps no products: it lacks put_product, get_product and write_artifact"
+
+
+def as_bytes(data: object) -> bytes:
+    """A product's content as bytes: `bytes`-like as is, `str` as UTF-8; anything else is a `TypeError`."""
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogateescape")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"a product is bytes or str, not {type(data).__name__}")
+
+
+class Artifacts:
+    """`ctx.artifacts`: store and read the intermediate products of the action's run.
+
+    `write` and `read` block: call them from a synchronous tool (which runs
+    in a worker thread). An async tool awaits `awrite` and `aread` instead.
+    """
+
+    __slots__ = ("_run", "_result_id", "_loop", "_lock")
+
+    def __init__(self, run: Any = None, result_id: str = "") -> None:
+        self._run = run  # the run loop's `_Run` (None: a context built by hand, without a run)
+        self._result_id = result_id
+        self._loop = asyncio.get_running_loop() if run is not None else None
+        self._lock = asyncio.Lock() if run is not None else None
+
+    def __repr__(self) -> str:
+        return f"<Artifacts of {self._result_id}>" if self._run is not None else "NO_ARTIFACTS"
+
+    def write(self, name: str, data: bytes | str) -> ArtifactRef:
+        """Store `data` as product `name` of this run; blocks until it is durable and referenced.
+
+        The bytes are written atomically and durably (a reader sees the
+        whole old product or the whole new one, never part of one), then
+        the run's log records the reference, naming this action. A later
+        write of the same name replaces the product and supersedes the
+        reference. `str` data is stored as UTF-8.
+
+        Args:
+            name: a safe file name (`[A-Za-z0-9._-]+`, not starting with '.' or '-').
+            data: the content.
+
+        Returns:
+            The `ArtifactRef` (return it from the tool to show the model).
+
+        Raises:
+            InvalidInputError: an unsafe name.
+            TypeError: `data` is neither bytes nor str.
+            StoreError: the store cannot keep products, or the write failed
+                (then the product is the old one or absent, never partial).
+            RuntimeError: called from the event loop's thread (use `awrite`).
+        """
+        return self._blocking(self.awrite(name, data))
+
+    def read(self, name: str) -> bytes:
+        """The bytes of product `name`, verified against the run's latest reference; blocks.
+
+        Raises:
+            ArtifactError: the run has no product of that name, or it is
+                missing, or its size or SHA-256 differs from the reference.
+            InvalidInputError: an unsafe name.
+            RuntimeError: called from the event loop's thread (use `aread`).
+        """
+        return self._blocking(self.aread(name))
+
+    async def awrite(self, name: str, data: bytes | str) -> ArtifactRef:
+        """`write` for async tools."""
+        run = self._bound()
+        check_product_name(name)
+        content = as_bytes(data)
+        store = run.store
+        if not isinstance(store, ArtifactStore):
+            raise StoreError(f"cannot store product {name!r}: {_lacks(store)}", run_id=run.run_id)
+        digest = hashlib.sha256(content).hexdigest()
+        path = product_path(run.run_id, name)
+        assert self._lock is not None
+        async with self._lock:  # one product write of this action at a time: records stay in order
+            try:
+                await store.put_product(run.run_id, name, content)
+            except PolyLoopError:
+                raise
+            except Exception as exc:
+                raise StoreError(
+                    f"store failed to write product {name!r} of run {run.run_id!r}: {exc}", run_id=run.run_id
+                ) from exc
+            await run._write(
+                Artifact(result_id=self._result_id, name=name, path=path, size=len(content), sha256=digest)
+            )
+        return ArtifactRef(name, path, len(content), digest)
+
+    async def aread(self, name: str) -> bytes:
+        """`read` for async tools."""
+        run = self._bound()
+        check_product_name(name)
+        ref = run.walker.artifacts.get(name)
+        if ref is None:
+            raise ArtifactError(run.run_id, name, f"run {run.run_id!r} has no product {name!r}")
+        data = await _get(run.store, run.run_id, name)
+        check = judge(ref, data)
+        if not check.ok:
+            raise ArtifactError(run.run_id, name, f"cannot read: {check.sentence()}")
+        assert data is not None
+        return data
+
+    def _bound(self) -> Any:
+        if self._run is None:
+            raise RuntimeError("this ToolContext belongs to no run: ctx.artifacts works inside a run's action")
+        return self._run
+
+    def _blocking(self, coro: Any) -> Any:
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            coro.close()
+            if loop is None:
+                self._bound()
+            raise RuntimeError("ctx.artifacts.write/read block the event loop: in an async tool, await awrite/aread")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+NO_ARTIFACTS = Artifacts()
+
