@@ -109,7 +109,7 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
 
     def check(workers: int) -> None:
         report = verify_logs(many, workers=workers)
-        assert report.summary == {"ok": logs, "torn_tail": 0, "corrupt": 0}, report.summary
+        assert report.summary == {"ok": logs, "torn_tail": 0, "corrupt": 0, "bad_product": 0}, report.summary
 
     verify_reps = reps
     v = _best_of_interleaved(

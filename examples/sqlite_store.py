@@ -251,6 +251,8 @@ class SqliteStore:
 
     async def write_decision(self, run_id: str, record: Record) -> None:
         """Append a person's approval, denial or answer (log format 1.2). Durable before it returns."""
+        await self._write(run_id, record, durable=True)
+
     async def write_checkpoint_accepted(self, run_id: str, record: Record) -> None:
         """Append accepted checkpoint changes (log format 1.2). Durable before it returns."""
         await self._write(run_id, record, durable=True)

@@ -483,3 +483,13 @@ def _diff(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> str:
         if a != b:
             lines.append(f"  [{i}] got  {a}\n  [{i}] want {b}")
     return "\n".join(lines)
+
+
+def sampled(points: Sequence[Any], keep: int) -> list[Any]:
+    """The kill points a default test run covers: all of them with `POLYLOOP_ALL_KILL_POINTS=1`,
+    else `keep` of them spread evenly (the first and the last always among them), so the default
+    suite stays within its time budget while the full sweep stays one variable away."""
+    if os.environ.get("POLYLOOP_ALL_KILL_POINTS") == "1" or len(points) <= keep:
+        return list(points)
+    step = (len(points) - 1) / (keep - 1)
+    return [points[round(i * step)] for i in range(keep)]

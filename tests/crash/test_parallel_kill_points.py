@@ -31,12 +31,13 @@ AGENT = "parallel_agent"
 NEVER = {"w1", "w2", "w3"}
 SAFE = {"r1", "r2"}
 
-POINTS = (
+ALL_POINTS = (
     [f"{when}:intents:{n}" for n in (1, 2) for when in ("before", "after")]
     + [f"{when}:effect:{n}" for n in range(1, 6) for when in ("before", "after")]
     + [f"after:action_result:{n}" for n in (1, 2, 3, 5)]
     + ["before:step_completed:1", "before:step_completed:2", "after:model_call_result:2"]
 )
+POINTS = ck.sampled(ALL_POINTS, 10)  # POLYLOOP_ALL_KILL_POINTS=1: every one
 
 
 def _intent_lines(w: ck.World) -> dict[str, int]:

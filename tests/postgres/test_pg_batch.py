@@ -213,7 +213,7 @@ def test_rerun_is_resume_and_a_changed_goal_is_reported_as_on_a_directory(own_db
 def test_one_live_invocation_per_batch_and_a_killed_one_lets_go(own_db, tmp_path):
     world = World(tmp_path, own_db)
     goals = world.goals(["goal 1"])
-    first = world.spawn("stamper", goals, "--json", BATCH_SLOW="3")
+    first = world.spawn("stamper", goals, "--json", "--lease", LEASE, BATCH_SLOW="3")
     try:
         deadline = time.monotonic() + 30
         with psycopg.connect(own_db, autocommit=True) as conn:
