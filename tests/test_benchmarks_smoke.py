@@ -79,3 +79,13 @@ def test_the_parallel_calls_benchmark_counts_the_same_fsyncs_for_four_calls_as_f
     assert float(four[4]) == float(one[4]), proc.stdout
     assert float(rows["4 calls per step, one durable write per intent (for scale)"][4]) > float(one[4])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_durability_benchmark_runs_both_stores_side_by_side(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "durability.py"), "--quick", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| in memory (the loop's own CPU) |" in proc.stdout and "JSONL / in memory:" in proc.stdout, proc.stdout
+    assert list(tmp_path.iterdir()) == []
