@@ -19,7 +19,7 @@ import threading
 import time as _time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal, Union, get_args
 
 import orjson
 
@@ -338,22 +338,7 @@ Record = Union[
     CrashLoopAccepted,
     Artifact,
 ]
-RECORD_TYPES: tuple[type, ...] = (
-    RunStarted,
-    Intent,
-    ModelCallResult,
-    StepCompleted,
-    RunFinished,
-    Resolution,
-    GuardCheck,
-    ActionResult,
-    ApprovalRequest,
-    Decision,
-    CheckpointAccepted,
-    Resumed,
-    CrashLoopAccepted,
-    Artifact,
-)
+RECORD_TYPES: tuple[type, ...] = get_args(Record)  # every record class, in the order above
 # Records a 1.0 writer never wrote.
 NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
 # Records a 1.0 or 1.1 writer never wrote.
