@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._artifacts import ProductCheck, judge
+from .._artifacts import ProductCheck, accepted_products, judge
 from .._classify import Walker, walk
 from .._codec import parse_log
 from ._disk import Disk, not_regular_problem
@@ -93,7 +93,9 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
     if problems:
         return FileVerdict(str(p), run_id, "corrupt", tuple(problems))
     products = _products(p, walker)
-    bad = [(None, c.sentence()) for c in products if c.state in ("missing", "altered")]
+    accepted = accepted_products(walker)  # changes a person accepted on the record are not bad
+    bad = [(None, c.sentence()) for c in products
+           if c.state in ("missing", "altered") and (c.ref.name, c.now_sha256) not in accepted]
     if parsed.torn_line is not None:
         message = "torn tail: the last write was cut off by a crash (dropped on read)"
         problems.append((parsed.torn_line, message))

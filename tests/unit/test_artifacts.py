@@ -302,3 +302,35 @@ def test_a_guarded_tool_resumed_before_its_precondition_keeps_its_product(tmp_pa
     assert asyncio.run(agent.run("go", run_id="g1", store=store)).text == "ok"
     report = asyncio.run(inspect_run(store, "g1"))
     assert [(a.ref.name, a.state, a.ref.result_id) for a in report.artifacts] == [("home.html", "ok", "s1-a1")]
+
+
+def test_an_altered_product_is_accepted_on_the_record_and_later_resumes_compare_against_it(tmp_path):
+    store = MemoryStore()
+    stopped_after_step_one(store, "r7")
+    original = asyncio.run(store.get_product("r7", "extract.json"))
+    changed = original.replace(b"contract", b"contracT")
+    asyncio.run(store.put_product("r7", "extract.json", changed))
+    with pytest.raises(CheckpointError):
+        asyncio.run(make().run("go", run_id="r7", store=store))
+    # Accepting it writes exactly the product's difference, then the run goes on, and the tools
+    # read the product at the bytes that were accepted.
+    seen: list[bytes] = []
+    result = asyncio.run(make(seen=seen).run("go", run_id="r7", store=store, accept_changes=True,
+                                             reason="fixed a typo by hand"))
+    assert result.text == "done" and seen == [changed]
+    records = asyncio.run(store.read_log("r7"))
+    accepted = [r for r in records if r.TAG == "checkpoint_accepted"]
+    assert len(accepted) == 1 and [d["what"] for d in accepted[0].differences] == ["product"]
+    assert accepted[0].differences[0]["now"]["sha256"] == sha(changed)
+
+
+def test_verify_does_not_report_a_product_change_accepted_on_the_record(tmp_path):
+    from polyloop import verify_logs
+
+    store = JsonlStore(tmp_path)
+    stopped_after_step_one(store, "r8")
+    changed = asyncio.run(store.get_product("r8", "extract.json")) + b" "
+    asyncio.run(store.put_product("r8", "extract.json", changed))
+    assert verify_logs(tmp_path).summary["bad_product"] == 1
+    asyncio.run(make().run("go", run_id="r8", store=store, accept_changes=True, reason="checked by hand"))
+    assert verify_logs(tmp_path).summary == {"ok": 1, "torn_tail": 0, "corrupt": 0, "bad_product": 0}
