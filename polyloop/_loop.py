@@ -345,18 +345,23 @@ class _Run:
                 f"the store cannot write {record.TAG} records (log format 1.{_MINOR[record.TAG]}), which "
                 f"{_NEEDED_BY[record.TAG]} need: it lacks write_{record.TAG}", run_id=self.run_id,
             )
+        await self._stored(writer(self.run_id, record), (record,))
+        if self.recheck_products and isinstance(record, StepCompleted):
+            self.recheck_products = False
+            await check_products(self.store, self.walker, when=f"stops after step {record.step}")
+
+    async def _stored(self, write: Any, records: Sequence[Record]) -> None:
+        """Await a store write, then feed what it wrote to the walker (fail closed on both)."""
         try:
-            await writer(self.run_id, record)
+            await write
         except PolyLoopError:
             raise
         except Exception as exc:
             raise StoreError(f"store failed to write run {self.run_id!r}: {exc}", run_id=self.run_id) from exc
-        if not self.walker.feed(record):
-            problem = self.walker.problems[-1]
-            raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
-        if self.recheck_products and isinstance(record, StepCompleted):
-            self.recheck_products = False
-            await check_products(self.store, self.walker, when=f"stops after step {record.step}")
+        for record in records:
+            if not self.walker.feed(record):
+                problem = self.walker.problems[-1]
+                raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
     async def _call_model(self, nxt: CallModel, history: _History) -> None:
         step, attempt = nxt.step, nxt.attempt
@@ -494,15 +499,7 @@ class _Run:
                 await self._write(intent)
             return
         async with self._writing:
-            try:
-                await self._write_intents(self.run_id, intents)
-            except PolyLoopError:
-                raise
-            except Exception as exc:
-                raise StoreError(f"store failed to write run {self.run_id!r}: {exc}", run_id=self.run_id) from exc
-            for intent in intents:
-                if not self.walker.feed(intent):
-                    raise AssertionError(f"the run loop wrote a record a correct writer never writes: {self.walker.problems[-1]}")
+            await self._stored(self._write_intents(self.run_id, intents), intents)
 
     async def _complete_calls(self, nxt: StepCalls, history: _History) -> None:
         """Every call's outcome is known: complete the step with all of them, in the calls' order."""
