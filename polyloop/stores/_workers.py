@@ -39,26 +39,27 @@ class DiskWorkers:
     """
 
     def __init__(self, max_threads: int = 16) -> None:
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
         self._max = max_threads
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._lock = threading.Lock()
         self._stopped = False
+        self._batches: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
         self._done: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """Run `fn()` on a disk thread and return (or raise) what it did."""
-        job = _Job(fn, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, loop)
         with self._lock:
             if self._stopped:
                 raise RuntimeError("these disk threads are stopped")
-            if self._idle == 0 and len(self._threads) < self._max:
-                thread = threading.Thread(target=self._work, name="polyloop-disk", daemon=True)
-                self._threads.append(thread)
-                self._idle += 1
-                thread.start()
-            self._queue.put(job)
+            batch = self._batches.get(loop)
+            if batch is None:
+                batch = self._batches[loop] = []
+                loop.call_soon(self._dispatch, loop)
+            batch.append(job)
         try:
             return await job.fut
         except asyncio.CancelledError:
@@ -72,6 +73,27 @@ class DiskWorkers:
                     await asyncio.shield(job.waiter)
             raise
 
+    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._hand_over(self._batches.pop(loop, None))
+
+    def _hand_over(self, jobs: list[_Job] | None) -> None:
+        # Called with the lock held. The jobs one loop handed over in one
+        # iteration go out together: one queue entry (one thread wake-up,
+        # one settling) per thread used, not per job.
+        if not jobs:
+            return
+        chunks = min(len(jobs), self._max)
+        missing = min(chunks - self._idle, self._max - len(self._threads))
+        for _ in range(max(missing, 0)):
+            thread = threading.Thread(target=self._work, name="polyloop-disk", daemon=True)
+            self._threads.append(thread)
+            self._idle += 1
+            thread.start()
+        chunks = min(chunks, len(self._threads))
+        for k in range(chunks):
+            self._queue.put(jobs[k::chunks])
+
     def stop(self) -> list[threading.Thread]:
         """Let every thread finish the jobs queued so far, then end; returns them to join.
 
@@ -81,6 +103,8 @@ class DiskWorkers:
             if self._stopped:
                 return []
             self._stopped = True
+            for loop in list(self._batches):  # handed over, not yet dispatched: they still run
+                self._hand_over(self._batches.pop(loop))
             threads = list(self._threads)
             for _ in threads:
                 self._queue.put(_STOP)
@@ -93,17 +117,20 @@ class DiskWorkers:
 
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is _STOP:
+            jobs = self._queue.get()
+            if jobs is _STOP:
                 return
             with self._lock:
                 self._idle -= 1
-            try:
-                value, exc = job.fn(), None
-            except BaseException as e:  # handed to the awaiting task
-                value, exc = None, e
-            loop = job.loop
-            with self._lock:  # idle again before the task resumes and hands over more
+            finished = []
+            for job in jobs:
+                try:
+                    value, exc = job.fn(), None
+                except BaseException as e:  # handed to the awaiting task
+                    value, exc = None, e
+                finished.append((job, value, exc))
+            loop = jobs[0].loop
+            with self._lock:  # idle again before the tasks resume and hand over more
                 self._idle += 1
                 # One wake-up of a loop settles every job finished meanwhile:
                 # under load, many fsyncs end while the loop is still busy.
@@ -111,11 +138,11 @@ class DiskWorkers:
                 wake = done is None
                 if wake:
                     done = self._done[loop] = []
-                done.append((job, value, exc))
+                done.extend(finished)
             if wake:
                 with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     loop.call_soon_threadsafe(self._settle_all, loop)
-            del job, value, exc, done  # hold nothing of the job while waiting for the next
+            del jobs, job, value, exc, done, finished  # hold nothing of the jobs while waiting for the next
 
     def _settle_all(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
