@@ -86,10 +86,11 @@ class Disk:
 
     def write(self, fd: int, data: bytes) -> None:
         """Write every byte of `data` at the descriptor's position (looping over short writes)."""
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        written = os.write(fd, data)
+        if written < len(data):  # a short write: go on from where it stopped
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view):]
 
     def fsync(self, fd: int) -> None:
         """`os.fsync`: the file's data and size are on the disk when it returns."""

@@ -6,12 +6,15 @@ appends one whole record and fsyncs when the record kind requires it
 the store holds a run (its lock), the run's log stays open from its first
 append to the end of the hold, and each durable append first checks that the
 path still names that file (a log replaced or removed under the run stops
-it); outside a hold every append opens and closes the file. Appends
-that need no fsync (model call results, step records) are a single
-`write(2)` to the page cache, done inline: they survive a process crash at
-once and reach the disk with the run's next fsync. Every fsync happens on
-one of the store's own disk threads, so waiting on the disk never blocks the
-event loop; one hand-off per durable write, two per step.
+it); outside a hold every append opens and closes the file. Every append
+is a single `write(2)` to the page cache, done inline: it survives a process
+crash at once; the ones that need no fsync (model call results, step
+records) reach the disk with the run's next fsync. The fsync never runs on
+the event loop: the fsyncs asked for in one iteration of the loop go to the
+kernel together as asynchronous fsyncs (`_aio.py`: one system call for all
+the runs, no thread), or, where the kernel does not offer them, each to one
+of the store's own disk threads. Creating a log and reading one happen on
+the disk threads.
 
 Every file-system call goes through the store's `Disk` (the fault-injection
 seam, see `_disk.py`). Only regular files directly in the directory are
@@ -54,6 +57,7 @@ from .._records import (
     StepCompleted,
     encode,
 )
+from ._aio import Syncer, open_syncer
 from ._disk import Disk, kind_of, not_regular_problem, why
 from ._lockfile import clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
@@ -79,12 +83,13 @@ class JsonlStore:
     like a log is refused (as corrupt when read, as a `StoreError` when
     written), never followed and never waited on.
 
-    The store owns a few disk threads, started on first use. Close them with
-    `await store.aclose()` or `async with JsonlStore(directory) as store:`;
-    closing waits for the writes already handed to them. A store used after
-    `aclose` starts new threads (closing frees resources, it never makes
-    the store unusable), and a store dropped without closing ends its
-    threads when it is garbage-collected.
+    The store owns a few disk threads and, on Linux, one kernel context for
+    asynchronous fsyncs per event loop (an eventfd), all made on first use.
+    Close them with `await store.aclose()` or `async with
+    JsonlStore(directory) as store:`; closing waits for the writes already
+    handed over. A store used after `aclose` makes them again (closing frees
+    resources, it never makes the store unusable), and a store dropped
+    without closing frees them when it is garbage-collected.
 
     Prefix durability (a crash of the machine keeps a prefix of each file's
     appends) is what the file system gives append-only files; the power-loss
@@ -116,8 +121,16 @@ class JsonlStore:
         self._held: set[str] = set()
         self._logs: dict[str, _OpenLog] = {}
         self._parent_synced = False
+        self._swept = False  # leftovers of crashed creations removed (see _sweep_stale_creations)
         self._folders_synced: set[str] = set()  # product folders whose name this store made durable
         self._workers: DiskWorkers | None = None
+        # Fsyncs of durable appends go to the kernel in batches, one batch
+        # per loop iteration (`_aio.py`), unless the kernel refuses, the disk
+        # seam is a test's own (its fsyncs must go through it), or
+        # POLYLOOP_FSYNC=threads asks for the disk threads.
+        self._aio = type(self._disk) is Disk and os.environ.get("POLYLOOP_FSYNC") != "threads"
+        self._syncers: dict[asyncio.AbstractEventLoop, Syncer] = {}
+        self._syncers_finalizer: weakref.finalize | None = None
         self._finalizer: weakref.finalize | None = None
         self._start_lock = threading.Lock()
 
@@ -133,10 +146,19 @@ class JsonlStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """End the store's disk threads, after the writes already handed to them.
+        """End the store's disk threads and fsync contexts, after the writes already handed to them.
 
-        Idempotent. The store stays usable: a later call starts new threads.
+        Idempotent. The store stays usable: a later call starts new ones.
         """
+        syncers, self._syncers = self._syncers, {}
+        if self._syncers_finalizer is not None:
+            self._syncers_finalizer.detach()
+            self._syncers_finalizer = None
+        running = asyncio.get_running_loop()
+        for loop, syncer in syncers.items():
+            if loop is running:
+                await syncer.aclose()
+        _drop_syncers(syncers)
         with self._start_lock:
             workers, self._workers = self._workers, None
             if self._finalizer is not None:
@@ -149,7 +171,7 @@ class JsonlStore:
             await asyncio.to_thread(_join, threads)
 
     def _hand_off(self, fn: Callable[[], T]) -> Any:
-        """Run `fn` on one of the store's disk threads (awaitable); the one place work leaves the loop."""
+        """Run `fn` on one of the store's disk threads (awaitable); with `_fsync_fd`, the only ways work leaves the loop."""
         workers = self._workers
         if workers is None:
             with self._start_lock:
@@ -177,8 +199,22 @@ class JsonlStore:
     # -- writes ------------------------------------------------------------------
 
     async def write_run_started(self, record: RunStarted) -> None:
-        path, data = self._file(record.run_id), encode(record)
-        await self._hand_off(lambda: self._create(path, data, record.run_id))
+        path, data, run_id = self._file(record.run_id), encode(record), record.run_id
+        # The file on a disk thread (creating names in a directory can wait
+        # on the directory's own fsync); then the directory's fsync, shared
+        # by the runs created at the same moment.
+        await self._hand_off(lambda: self._create(path, data, run_id))
+        try:
+            await self._fsync_dir(self._dir)
+            if not self._parent_synced:
+                # The directory's own name must be durable too (the store may
+                # have just made it): syncing a directory does not sync its
+                # entry in its parent. Once per store is enough for the names
+                # made before it.
+                await self._fsync_dir(os.path.dirname(os.path.abspath(self._dir)))
+                self._parent_synced = True
+        except OSError as exc:
+            raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
 
     async def write_intent(self, run_id: str, record: Intent) -> None:
         await self._append_durable(run_id, encode(record))
@@ -200,7 +236,12 @@ class JsonlStore:
         await self._append_durable(run_id, encode(record))
 
     async def _append_soon(self, run_id: str, data: bytes) -> None:
-        if run_id in self._torn:  # the first write after a crash cuts the torn tail: a disk wait
+        log = self._logs.get(run_id)
+        if log is not None:  # held and open: the id was checked and the torn tail cut when it opened
+            size = log.size
+            self._write_or_undo(log.fd, size, data, log.path, run_id)
+            log.size = size + len(data)
+        elif run_id in self._torn:  # the first write after a crash cuts the torn tail: a disk wait
             await self._hand_off(lambda: self._append(self._file(run_id), data, run_id))
         else:
             self._append(self._file(run_id), data, run_id)
@@ -227,35 +268,59 @@ class JsonlStore:
         await self._append_durable(run_id, encode(record))
 
     async def _append_durable(self, run_id: str, data: bytes) -> None:
-        path = self._file(run_id)
-        if run_id in self._torn or run_id in self._logs:
-            # A held run's log is open: the check that it is still the run's
-            # log, the write and the fsync go to a disk thread as one job (a
-            # write can wait on the file system too, and the loop is shared).
-            await self._hand_off(lambda: self._append(path, data, run_id, durable=True))
-            return
-        # Not held (or not yet open): the append is one write(2) to the page
-        # cache, done here; only the fsync (the disk wait) and the close go
-        # to a disk thread.
-        fd, size, kept = self._acquire(path, run_id)
-        handed_over = False
-
-        def sync_and_release() -> None:
-            nonlocal handed_over
-            handed_over = True
-            try:
-                self._sync(fd, size, path, run_id)
-            finally:
-                if not kept:
+        log = self._logs.get(run_id)
+        if log is None:
+            path = self._file(run_id)
+            if run_id in self._torn:
+                # The first write after a crash also cuts the torn tail (a
+                # truncate and an fsync): the whole append goes to a disk thread.
+                await self._hand_off(lambda: self._append(path, data, run_id, durable=True))
+                return
+            fd, size, kept = self._acquire(path, run_id)
+            if not kept:  # not held: the log is opened for this append and closed after it
+                try:
+                    self._write_or_undo(fd, size, data, path, run_id)
+                    await self._fsync(fd, size, path, run_id)
+                finally:
                     self._disk.close(fd)
-
+                return
+            log = self._logs[run_id]
+        # Held: the log stays open. The append is one write(2) to the page
+        # cache, done here like the appends that need no fsync; only the
+        # fsync (the disk wait) leaves the loop.
+        path, size = log.path, log.size
+        self._check_same(path, run_id)  # before the record, so none lands in a stray file
+        self._write_or_undo(log.fd, size, data, path, run_id)
+        log.size = size + len(data)
         try:
-            self._write_or_undo(fd, size, data, path, run_id)
-            self._grew(run_id, kept, size + len(data))
-            await self._hand_off(sync_and_release)
-        finally:
-            if not handed_over and not kept:  # the write failed, or no disk thread took the job
-                self._disk.close(fd)
+            await self._fsync(log.fd, size, path, run_id)
+        except BaseException:
+            log.size = size  # taken back (or torn): the next record starts where this one did
+            raise
+
+    async def _fsync(self, fd: int, size: int, path: str, run_id: str) -> None:
+        """Make an append durable; if that fails, take it back (cut to `size`) and raise `StoreError`."""
+        try:
+            await self._fsync_fd(fd)
+        except OSError as exc:
+            self._undo(fd, size)
+            raise StoreError(f"cannot write to {path}: {exc.strerror or exc}", run_id=run_id) from exc
+
+    def _syncer(self) -> Syncer | None:
+        """This loop's batch of fsyncs for the kernel, or None to use the disk threads."""
+        if not self._aio:
+            return None
+        loop = asyncio.get_running_loop()
+        syncer = self._syncers.get(loop)
+        if syncer is None or syncer.pid != os.getpid():
+            syncer = open_syncer(loop)
+            if syncer is None:  # refused by this kernel: threads from now on
+                self._aio = False
+                return None
+            self._syncers[loop] = syncer
+            if self._syncers_finalizer is None:
+                self._syncers_finalizer = weakref.finalize(self, _drop_syncers, self._syncers)
+        return syncer
 
     def _append(self, path: str, data: bytes, run_id: str, *, durable: bool = False) -> None:
         # One whole append in the calling thread: inline for the writes that
@@ -284,7 +349,7 @@ class JsonlStore:
             return log.fd, log.size, True
         fd, size, ino = self._open(path, run_id)
         if run_id in self._held:
-            self._logs[run_id] = _OpenLog(fd, ino, size)
+            self._logs[run_id] = _OpenLog(fd, ino, size, path)
             return fd, size, True
         return fd, size, False
 
@@ -373,11 +438,13 @@ class JsonlStore:
         # Write the first record to a private file, make it durable, then
         # publish it with link(2): like O_CREAT|O_EXCL it fails if the log
         # exists (even as a dangling link), and a crash at any point leaves
-        # no log or a complete one.
+        # no log or a complete one (once the directory is synced, see
+        # write_run_started).
         disk = self._disk
         try:
             disk.mkdir(self._dir)
-            self._sweep_stale_creations(run_id)
+            if not self._swept:
+                self._sweep_stale_creations()
             tmp = f"{self._prefix}.{run_id}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
             fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -398,25 +465,45 @@ class JsonlStore:
         finally:
             with contextlib.suppress(OSError):
                 disk.unlink(tmp)
-        try:
-            disk.fsync_dir(self._dir)
-            if not self._parent_synced:
-                # The directory's own name must be durable too (the store may
-                # have just made it): syncing a directory does not sync its
-                # entry in its parent. Once per store is enough for the names
-                # made before it.
-                disk.fsync_dir(os.path.dirname(os.path.abspath(self._dir)))
-                self._parent_synced = True
-        except OSError as exc:
-            raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
 
-    def _sweep_stale_creations(self, run_id: str) -> None:
+    async def _fsync_fd(self, fd: int, *, same: str | None = None) -> None:
+        """fsync(2) off the loop: in this iteration's batch for the kernel, or on a disk thread."""
+        syncer = self._syncer()
+        if syncer is not None:
+            try:
+                await syncer.fsync(fd, same=same)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # Refused as a request: a kernel that takes AIO contexts but
+                # not asynchronous fsyncs (or a file that takes neither).
+                # fsync(2) itself decides, and decides for the rest of the store.
+                self._aio = False
+        await self._hand_off(lambda: self._disk.fsync(fd))
+
+    async def _fsync_dir(self, directory: str) -> None:
+        """Make the names in `directory` durable, off the loop."""
+        if self._syncer() is None:
+            await self._hand_off(lambda: self._disk.fsync_dir(directory))
+            return
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            # Runs created at once in one directory share its fsync.
+            await self._fsync_fd(fd, same=directory)
+        finally:
+            os.close(fd)
+
+    def _sweep_stale_creations(self) -> None:
         # A crash during creation leaves `.<run_id>.<pid>.<rand>.tmp`; remove
-        # those whose creator is dead (a live one may be mid-creation).
-        pattern = re.compile(rf"\.{re.escape(run_id)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
-        for leftover in glob.glob(f"{glob.escape(self._prefix)}.{glob.escape(run_id)}.*.tmp"):
+        # those whose creator is dead (a live one may be mid-creation). Once
+        # per store, at its first creation: listing the directory for every
+        # run would make a batch of n runs cost n² directory entries.
+        self._swept = True
+        pattern = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{8}\.tmp")
+        for leftover in glob.glob(f"{glob.escape(self._prefix)}.*.tmp"):
             match = pattern.fullmatch(os.path.basename(leftover))
-            if match and not _alive(int(match.group(1))):
+            if match and _safe(match.group(1)) and not _alive(int(match.group(2))):
                 with contextlib.suppress(OSError):
                     self._disk.unlink(leftover)
 
@@ -639,7 +726,10 @@ class JsonlStore:
         self._held.add(run_id)
         try:
             name_holder(self._disk, fd)
-            parsed, inode = await self._hand_off(lambda: self._read_held(run_id))
+            if self._no_log_yet(run_id):  # a new run: nothing to read, no disk thread to wake
+                parsed, inode = None, None
+            else:
+                parsed, inode = await self._hand_off(lambda: self._read_held(run_id))
             if inode is not None:
                 self._inodes[run_id] = inode
             if parsed is not None and not parsed.problems and parsed.torn_offset is not None:
@@ -654,6 +744,15 @@ class JsonlStore:
             self._torn.pop(run_id, None)
             self._inodes.pop(run_id, None)
             clear_and_close(self._disk, fd)
+
+    def _no_log_yet(self, run_id: str) -> bool:
+        try:
+            os.lstat(self._file(run_id))
+        except FileNotFoundError:
+            return True
+        except OSError:
+            pass  # reading it will say what is wrong
+        return False
 
     def _read_held(self, run_id: str) -> tuple[ParsedLog | None, int | None]:
         """The log as it is under the hold, and its inode; nothing is changed here."""
@@ -674,10 +773,11 @@ class JsonlStore:
 class _OpenLog:
     """A held run's log, open for appending until the hold ends."""
 
-    __slots__ = ("fd", "ino", "size")
+    __slots__ = ("fd", "ino", "path", "size")
 
-    def __init__(self, fd: int, ino: int, size: int) -> None:
+    def __init__(self, fd: int, ino: int, size: int, path: str) -> None:
         self.fd = fd
+        self.path = path
         self.ino = ino
         self.size = size
 
@@ -688,6 +788,17 @@ def _safe(run_id: str) -> bool:
     except InvalidRunIdError:
         return False
     return True
+
+
+def _drop_syncers(syncers: dict[asyncio.AbstractEventLoop, Syncer]) -> None:
+    """Give back the kernel contexts of a closed or collected store, each from its own loop's thread."""
+    for loop, syncer in list(syncers.items()):
+        if loop.is_closed():
+            syncer.close()
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(syncer.close)
+    syncers.clear()
 
 
 def _join(threads: list[threading.Thread]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import socket
 import stat
@@ -65,7 +66,16 @@ def name_holder(disk: Disk, fd: int) -> None:
     """Write this process's name into the held lock file (best effort)."""
     with contextlib.suppress(OSError):
         disk.ftruncate(fd, 0)
-        disk.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
+        disk.write(fd, _name())
+
+
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _name() -> bytes:
+    return f"pid {os.getpid()} on {_host()}".encode()
 
 
 def clear_and_close(disk: Disk, fd: int) -> None:

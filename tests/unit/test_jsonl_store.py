@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -31,7 +33,6 @@ from polyloop import (
 )
 from polyloop.stores import parse_log
 from polyloop.stores._disk import Disk
-
 
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
 MR = ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": {"name": "t", "args": {}}})
@@ -151,11 +152,22 @@ async def test_a_slow_disk_does_not_block_the_loop(spy):
     assert ticks >= 10  # the loop kept running while fsync slept
 
 
+def _open_in(directory: Path) -> set[str]:
+    """The files under `directory` this process has open."""
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(directory)):
+                names.add(target)
+    return names
+
+
 async def test_no_file_handle_outlives_a_write(store):
-    before = set(os.listdir("/proc/self/fd"))
+    # (The store's own descriptors, e.g. its eventfd for batched fsyncs, live until aclose.)
     await write_all(store)
     await store.read_log("r")
-    assert set(os.listdir("/proc/self/fd")) - before == set()
+    assert _open_in(store.directory) == set()
 
 
 async def test_run_started_is_exclusive_even_when_concurrent(store):
@@ -369,8 +381,10 @@ async def test_creation_sweeps_leftovers_of_dead_creators_only(store):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = store.directory / f".r.{dead.stdout.strip()}.abcd1234.tmp"
     live = store.directory / f".r.{os.getpid()}.abcd1234.tmp"
-    other = store.directory / f".r.5.{dead.stdout.strip()}.abcd1234.tmp"  # run "r.5", not "r"
-    for p in (stale, live, other):
+    other = store.directory / f".r.5.{dead.stdout.strip()}.abcd1234.tmp"  # run "r.5", its creator dead too
+    foreign = store.directory / ".notes.tmp"  # not a creation's name: not ours to remove
+    for p in (stale, live, other, foreign):
         p.write_bytes(b'{"record":"run_st')
     await store.write_run_started(started())
-    assert not stale.exists() and live.exists() and other.exists()
+    assert not stale.exists() and not other.exists()
+    assert live.exists() and foreign.exists()

@@ -23,6 +23,14 @@ def started(run_id: str = "r") -> RunStarted:
     return _STARTED.setdefault(run_id, RunStarted(run_id=run_id, goal="g"))
 
 
+@pytest.fixture(autouse=True)
+def fsyncs_on_threads(monkeypatch):
+    # These tests are about the disk threads; with the default engine the
+    # fsyncs of appends go to the kernel in batches and start no thread
+    # (its own lifecycle: tests/unit/test_batched_fsync.py).
+    monkeypatch.setenv("POLYLOOP_FSYNC", "threads")
+
+
 def disk_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name == "polyloop-disk"}
 
