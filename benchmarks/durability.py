@@ -8,9 +8,11 @@ One process, one event loop, every run started at once (`asyncio.gather`),
 an instant agent (a scripted model and a trivial `safe` tool, so the log and
 the loop are all there is). The in-memory store is the ceiling set by the
 loop's own CPU; the JSONL store pays for the durable writes (two fsyncs a
-step, off the loop). Printed: the median steps/s of each and their ratio
-(issue 17's target: at least 0.5 at 256 runs). Alternated round by round so
-the machine's noise falls on both alike.
+step, off the loop), once with its default fsyncs (batched to the kernel)
+and once with every fsync on a disk thread (`POLYLOOP_FSYNC=threads`, the
+design before the batches). Printed: the median steps/s of each and the
+ratios (issue 17's target: at least 0.5 at 256 runs). Alternated round by
+round so the machine's noise falls on all alike.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import shutil
 import sys
 import tempfile
@@ -47,23 +50,36 @@ async def _round(store: object, runs: int, steps: int, tag: str) -> float:
     return runs * (steps + 1) / (time.perf_counter() - start)
 
 
+KINDS = ("memory", "jsonl", "jsonl-threads")
+
+
 def measure(workdir: str, runs: int, steps: int, rounds: int) -> dict[str, float]:
     from polyloop import JsonlStore
     from polyloop.testing import MemoryStore
 
-    rates: dict[str, list[float]] = {"jsonl": [], "memory": []}
+    rates: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for r in range(rounds):
-        for kind in ("jsonl", "memory") if r % 2 == 0 else ("memory", "jsonl"):
+        for kind in KINDS if r % 2 == 0 else reversed(KINDS):
             if kind == "memory":
                 rates[kind].append(asyncio.run(_round(MemoryStore(), runs, steps, f"m{r}")))
                 continue
             where = tempfile.mkdtemp(prefix=f"round{r}-", dir=workdir)
+            # The store reads POLYLOOP_FSYNC when it is made: "threads" hands
+            # every fsync to its disk threads instead of the kernel's batches.
+            saved = os.environ.pop("POLYLOOP_FSYNC", None)
+            if kind == "jsonl-threads":
+                os.environ["POLYLOOP_FSYNC"] = "threads"
 
             async def on_disk(where: str = where, r: int = r) -> float:
                 async with JsonlStore(where) as store:
                     return await _round(store, runs, steps, f"j{r}")
 
-            rates[kind].append(asyncio.run(on_disk()))
+            try:
+                rates[kind].append(asyncio.run(on_disk()))
+            finally:
+                os.environ.pop("POLYLOOP_FSYNC", None)
+                if saved is not None:
+                    os.environ["POLYLOOP_FSYNC"] = saved
             shutil.rmtree(where)
     return {k: median(v) for k, v in rates.items()}
 
@@ -86,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     print("| store | steps/s (median) |")
     print("|---|---:|")
     print(f"| in memory (the loop's own CPU) | {got['memory']:,.0f} |")
-    print(f"| JSONL (two fsyncs a step) | {got['jsonl']:,.0f} |")
+    print(f"| JSONL (two fsyncs a step, batched to the kernel) | {got['jsonl']:,.0f} |")
+    print(f"| JSONL, every fsync on a disk thread (POLYLOOP_FSYNC=threads) | {got['jsonl-threads']:,.0f} |")
     print(f"\nJSONL / in memory: {ratio(got['jsonl'] / got['memory'])}")
+    print(f"JSONL with disk threads / in memory: {ratio(got['jsonl-threads'] / got['memory'])}")
     return 0
 
 

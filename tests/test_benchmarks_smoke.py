@@ -88,4 +88,5 @@ def test_the_durability_benchmark_runs_both_stores_side_by_side(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| in memory (the loop's own CPU) |" in proc.stdout and "JSONL / in memory:" in proc.stdout, proc.stdout
+    assert "JSONL with disk threads / in memory:" in proc.stdout, proc.stdout
     assert list(tmp_path.iterdir()) == []
