@@ -205,6 +205,17 @@ async def test_an_unreachable_server_is_one_clear_store_error():
             await store.read_log("x")
 
 
+@pytest.mark.parametrize("change", [{"user": "polyloop_no_such_role"}, {"dbname": "polyloop_no_such_db"}],
+                         ids=["unknown-role", "unknown-database"])
+async def test_refused_credentials_are_one_clear_store_error(pg_url, change):
+    from psycopg.conninfo import make_conninfo
+
+    async with PostgresStore(make_conninfo(pg_url, **change), connect_timeout=2) as store:
+        with pytest.raises(StoreError, match=r"^cannot connect to PostgreSQL at [^\n]+$") as info:
+            await store.read_log("x")
+    assert next(iter(change.values())) in str(info.value)
+
+
 async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_url, pg_conn):
     schema = f"pl_{uuid.uuid4().hex[:10]}"
     pg_conn.execute(f"CREATE SCHEMA {schema}")
