@@ -7,7 +7,8 @@
    `PostgresStore`, against the bare floor of two committed single-row
    INSERTs of a 200-byte row on the same server (what a step's two durable
    intents cannot go below). Blocks of steps and blocks of floor pairs
-   alternate; the median of the per-block ratios is reported.
+   alternate; the median of the per-block ratios is reported, with the
+   middle half of them (how much the shared machine moved it).
 2. Steps per second with 1, 2 and 4 `polyloop worker` processes on this
    machine, each running 4 runs at once, on the same queued work.
 3. Takeover latency: a worker is SIGKILLed while it holds a run; the time
@@ -59,7 +60,10 @@ def bench_agent() -> Any:
     outputs = scripted_outputs(steps)
     if hold:
         outputs = [{"tool": "hold", "args": {}}, *outputs]
-    return Agent(model=ScriptedModel(outputs), tools=[lookup_tool(), hold_tool], max_steps=len(outputs) + 1)
+    # The takeover trials kill the holder of one run in the same step again and
+    # again: on purpose, so the crash-loop stop (5 resumes without progress) is off.
+    return Agent(model=ScriptedModel(outputs), tools=[lookup_tool(), hold_tool], max_steps=len(outputs) + 1,
+                 max_resumes_without_progress=None if hold else 5)
 
 
 # -- 1. step cost against the floor ------------------------------------------------
@@ -102,8 +106,11 @@ def step_cost(url: str, blocks: int, steps: int) -> dict[str, float]:
         ratios.append(step / floor)
         step_times.append(step)
         floors.append(floor)
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     return {
         "ratio": statistics.median(ratios),
+        "q1": quartiles[0],
+        "q3": quartiles[2],
         "step_ms": statistics.median(step_times) * 1e3,
         "floor_ms": statistics.median(floors) * 1e3,
     }
@@ -246,11 +253,13 @@ def main() -> None:
 
 def _figures(url: str, args: argparse.Namespace) -> None:
     q = args.quick
-    cost = step_cost(url, blocks=3 if q else 7, steps=20 if q else 200)
+    # Other work on a shared machine moves both sides; many short blocks keep the median steady.
+    cost = step_cost(url, blocks=3 if q else 15, steps=20 if q else 200)
     print("### PostgreSQL store\n")
     print("| figure | value | target |\n|---|---|---|")
     print(f"| step / floor (two committed single-row INSERTs) | {cost['ratio']:.2f}x "
-          f"({cost['step_ms']:.2f} ms / {cost['floor_ms']:.2f} ms) | <= 2x |")
+          f"({cost['step_ms']:.2f} ms / {cost['floor_ms']:.2f} ms; blocks' middle half "
+          f"{cost['q1']:.2f}-{cost['q3']:.2f}x) | <= 2x |")
     rates = {p: throughput(url, p, runs=4 if q else 16, steps=10 if q else 50) for p in (1, 2, 4)}
     for p, rate in rates.items():
         print(f"| steps/s, {p} worker process{'es' if p > 1 else ''} x 4 runs | {rate:.0f} "
