@@ -77,7 +77,8 @@ class Connections:
         self._max = max_size
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         # One reusable cursor per pooled connection: a step's appends skip
-        # building a cursor each (measured: a fifth of an append's client CPU).
+        # building a cursor each, which cost CPU per statement the floor's
+        # INSERT does not pay (see `python benchmarks/postgres.py --appends`).
         self._cursors: dict[psycopg.AsyncConnection[Any], psycopg.AsyncRawCursor[Any]] = {}
         self._open = 0
         self._waiting = 0
