@@ -265,6 +265,8 @@ class PostgresStore:
         assert seq is not None
         if isinstance(records[0], RunStarted) and seq != 0:
             raise RunExistsError(run_id)
+        if seq == 0 and not isinstance(records[0], RunStarted):
+            raise RunNotFoundError(run_id, self.where)  # a lease on a run with no log yet
         # The hot path of every step: no context-manager layers, one borrowed connection.
         conn = await self._acquire()
         ok = False

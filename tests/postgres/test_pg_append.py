@@ -125,6 +125,18 @@ async def test_a_run_the_database_does_not_know_is_not_found(store):
         await store.write_intents(run_id, calls(2))
 
 
+async def test_a_held_run_without_a_log_takes_nothing_before_its_run_started(store, pg_conn):
+    run_id = fresh("nolog")
+    async with store.lock(run_id):
+        with pytest.raises(RunNotFoundError):
+            await store.write_intent(run_id, MI)
+        with pytest.raises(RunNotFoundError):
+            await store.write_intents(run_id, calls(2))
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await store.write_intents(run_id, calls(2))
+    assert [r[0] for r in rows(pg_conn, run_id)] == [0, 1, 2]
+
+
 async def test_the_end_marker_finishes_the_runs_queue_status(store, pg_conn):
     run_id = fresh("finish")
     async with store.lock(run_id):
