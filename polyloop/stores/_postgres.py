@@ -3,10 +3,10 @@
 One row per record in `polyloop_records` (the record's JSON exactly as the
 JSONL store writes it, plus indexed columns), one row per run in
 `polyloop_runs` (the lease, the epoch, the next sequence number, the queue
-status). Every append is one call of the `polyloop_append` function, which
+status). Every append is one statement (polyloop/stores/_pg_append.py) that
 checks the expected sequence number, the writer's epoch and the lease's
-expiry and inserts, in one statement's transaction: two writers can never
-interleave records of one run. docs/reference/stores.md is the reference.
+expiry and inserts, in one transaction: two writers can never interleave
+records of one run. docs/reference/stores.md is the reference.
 """
 
 from __future__ import annotations
