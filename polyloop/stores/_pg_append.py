@@ -10,10 +10,10 @@ bumps the epoch and an append lock the same row, and whichever comes second
 re-checks its condition against what the first committed.
 
 The statements are plain SQL rather than a call of the `polyloop_append`
-function (which still creates a run's first record and serves libraries of
-schema version 1): the server plans them once per connection, and they skip
-PL/pgSQL's per-call setup; with the cursor kept per connection that took a
-sixth to a fifth off each append (`python benchmarks/postgres.py --appends`,
+function (which still writes a run's first record, creating its row): the
+server plans them once per connection, and they skip PL/pgSQL's per-call
+setup; with the cursor kept per connection that took a
+seventh to a fifth off each append (`python benchmarks/postgres.py --appends`,
 docs/performance.md).
 
 `synchronous_commit` is set for the statement's own transaction: `on` for
