@@ -137,6 +137,20 @@ async def test_a_held_run_without_a_log_takes_nothing_before_its_run_started(sto
     assert [r[0] for r in rows(pg_conn, run_id)] == [0, 1, 2]
 
 
+async def test_a_workers_view_of_its_lease_batches_too(store, pg_conn):
+    from polyloop._store import BatchingStore
+
+    run_id = fresh("view")
+    lease = await store.claim(run_id)
+    async with lease:
+        view = lease.store  # what a worker hands the run loop
+        assert isinstance(view, BatchingStore)
+        await view.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await view.write_intents(run_id, calls(2))
+    assert rows(pg_conn, run_id) == [(0, lease.epoch, "run_started", None),
+                                     (1, lease.epoch, "intent", "s1-c1-a1"), (2, lease.epoch, "intent", "s1-c2-a1")]
+
+
 async def test_the_end_marker_finishes_the_runs_queue_status(store, pg_conn):
     run_id = fresh("finish")
     async with store.lock(run_id):
