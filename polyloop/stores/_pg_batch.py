@@ -13,9 +13,9 @@ nothing, so here:
   same document as the file (`run_id -> {"line", "digest"}`), only ever
   added to, written by the holder alone.
 
-`polyloop_batches` is created the first time a batch runs against the
-database, beside the versioned schema rather than in it: a library that does
-not know batches ignores it, so adding it refuses no older library.
+`polyloop_batches` is part of the versioned schema (version 2, see
+polyloop/stores/_pg_schema.py), created or migrated when the batch opens the
+database like any store does.
 
 docs/how-to/run-a-thousand-rollouts.md and docs/reference/stores.md describe both.
 """
@@ -34,16 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from .._batch_plan import MANIFEST_VERSION, BatchError
 from .._errors import StoreError
 from ._pg_conn import Connections, describe_url, first_line, session_options
-from ._pg_schema import _MIGRATION_LOCK, ensure_schema
-
-_BATCHES = """
-CREATE TABLE IF NOT EXISTS polyloop_batches (
-    name       text PRIMARY KEY,
-    target     text NOT NULL,
-    runs       jsonb NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
+from ._pg_schema import ensure_schema
 
 HOLD_WAIT = 5.0  # seconds to wait for the hold of a killed invocation to be dropped by the server
 
@@ -121,14 +112,6 @@ class DatabaseBatch:
         conn = await conns.connect()
         try:
             await ensure_schema(conn, create=True, where=self.where)
-            cur = await conn.execute("SELECT to_regclass('polyloop_batches') IS NOT NULL")
-            row = await cur.fetchone()
-            if not (row and row[0]):
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                    await conn.execute(_BATCHES)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot create the batch table in {self.where}: {first_line(exc)}") from exc
         finally:
             await conn.close()
 

@@ -76,6 +76,10 @@ class Connections:
         }
         self._max = max_size
         self._idle: list[psycopg.AsyncConnection[Any]] = []
+        # One reusable cursor per pooled connection: a step's appends skip
+        # building a cursor each, which cost CPU per statement the floor's
+        # INSERT does not pay (see `python benchmarks/postgres.py --appends`).
+        self._cursors: dict[psycopg.AsyncConnection[Any], psycopg.AsyncRawCursor[Any]] = {}
         self._open = 0
         self._waiting = 0
         self._freed: asyncio.Condition | None = None
@@ -123,10 +127,18 @@ class Connections:
             finally:
                 self._waiting -= 1
 
+    def cursor(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncRawCursor[Any]:
+        """The `$1`-style cursor of a borrowed connection, kept with it for the next borrower."""
+        cur = self._cursors.get(conn)
+        if cur is None:
+            cur = self._cursors[conn] = psycopg.AsyncRawCursor(conn)
+        return cur
+
     async def release(self, conn: psycopg.AsyncConnection[Any], *, ok: bool) -> None:
         """Give a connection back; after a failure, or inside a transaction, it is closed instead."""
-        reusable = ok and not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        reusable = ok and not conn.closed and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if not reusable:
+            self._cursors.pop(conn, None)
             with contextlib.suppress(Exception):
                 await conn.close()
         await self._free(conn if reusable else None)
@@ -171,6 +183,7 @@ class Connections:
 
     async def _close_idle(self) -> None:
         idle, self._idle = self._idle, []
+        self._cursors.clear()
         self._open = 0
         self._loop = None
         self._freed = None

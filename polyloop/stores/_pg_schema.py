@@ -1,9 +1,10 @@
 """The PostgreSQL schema of `PostgresStore`, created and migrated by the library.
 
 `polyloop_schema` holds one row: the version of the tables below. Opening a
-store creates them when they are missing (under an advisory lock, so two
-workers starting together do not race) and refuses a database whose schema
-is newer than this library. docs/reference/stores.md describes every column.
+store creates them when they are missing, or applies the migrations from the
+database's version to this library's one by one (in one transaction, under
+an advisory lock, so two workers starting together do not race), and refuses
+a database whose schema is newer than this library. docs/reference/stores.md describes every column.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import psycopg
 from .._errors import StoreError
 from ._pg_conn import first_line
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Any constant works; it only has to be the same in every process.
 _MIGRATION_LOCK = 0x706F6C796C6F6F70  # "polyloop"
@@ -97,7 +98,19 @@ BEGIN
 END $$;
 """
 
-_MIGRATIONS: dict[int, str] = {1: _V1}
+# The manifests of `polyloop batch --store` (polyloop/stores/_pg_batch.py). Up
+# to this version the table was created beside the schema the first time a
+# batch ran, hence IF NOT EXISTS: a database that has it keeps its rows.
+_V2 = """
+CREATE TABLE IF NOT EXISTS polyloop_batches (
+    name       text PRIMARY KEY,
+    target     text NOT NULL,
+    runs       jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+"""
+
+_MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 
 
 async def ensure_schema(conn: psycopg.AsyncConnection[Any], *, create: bool, where: str) -> None:

@@ -3,10 +3,10 @@
 One row per record in `polyloop_records` (the record's JSON exactly as the
 JSONL store writes it, plus indexed columns), one row per run in
 `polyloop_runs` (the lease, the epoch, the next sequence number, the queue
-status). Every append is one call of the `polyloop_append` function, which
+status). Every append is one statement (polyloop/stores/_pg_append.py) that
 checks the expected sequence number, the writer's epoch and the lease's
-expiry and inserts, in one statement's transaction: two writers can never
-interleave records of one run. docs/reference/stores.md is the reference.
+expiry and inserts, in one transaction: two writers can never interleave
+records of one run. docs/reference/stores.md is the reference.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -26,14 +26,13 @@ from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFou
 from .._ids import check_run_id
 from .._records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
 from .._codec import ParsedLog, parse_log
+from ._pg_append import append
 from ._pg_conn import Connections, first_line, session_options
 from ._pg_lease import Lease, LeaseLostError
 from ._pg_schema import ensure_schema
 
 if TYPE_CHECKING:
     from ._verify import VerifyReport
-
-_APPEND = "SELECT polyloop_append(%s, %s, %s, %s, %s::json, %s)"
 
 _CLAIM = """
 INSERT INTO polyloop_runs AS r (run_id, epoch, holder, lease_until)
@@ -237,27 +236,42 @@ class PostgresStore:
         await self._append(run_id, record, durable=True)
 
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
+        await self._append_many(run_id, [record], record.TAG, durable=durable)
+
+    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
+        """Append several intents (the calls of one step) in one statement; committed synchronously.
+
+        Each gets its own sequence number; the epoch and the expected number
+        are checked once for all of them, in the statement that inserts them.
+        """
+        if records:
+            await self._append_many(run_id, list(records), "intent", durable=True)
+
+    async def _append_many(self, run_id: str, records: list[Record], kind: str, *, durable: bool) -> None:
         check_run_id(run_id)
-        body = encode(record)[:-1].decode()
+        bodies = [encode(record)[:-1].decode() for record in records]
         lease = self._leases.get(run_id)
         epoch: int | None = None
         if lease is not None:
-            lease.before_write(record)
+            for record in records:
+                lease.before_write(record)
             seq, epoch = lease.next_seq, lease.epoch
-        elif isinstance(record, RunStarted):
+        elif isinstance(records[0], RunStarted):
             seq = 0
         else:
             seq = self._next.get(run_id)
             if seq is None:
                 seq = await self._count(run_id)
-        if isinstance(record, RunStarted) and seq != 0:
+        assert seq is not None
+        if isinstance(records[0], RunStarted) and seq != 0:
             raise RunExistsError(run_id)
+        if seq == 0 and not isinstance(records[0], RunStarted):
+            raise RunNotFoundError(run_id, self.where)  # a lease on a run with no log yet
         # The hot path of every step: no context-manager layers, one borrowed connection.
         conn = await self._acquire()
         ok = False
         try:
-            cur = await conn.execute(_APPEND, (run_id, seq, epoch, record.TAG, body, durable), prepare=True)
-            row = await cur.fetchone()
+            outcome = await append(self._conns.cursor(conn), run_id, seq, epoch, kind, bodies, durable=durable)
             ok = True
         except BaseException as exc:
             # Landed or not, nobody knows: the next write must not guess a number.
@@ -269,16 +283,14 @@ class PostgresStore:
             raise
         finally:
             await self._conns.release(conn, ok=ok)
-        outcome = row[0] if row else "missing"
         if outcome != "ok":
             self._next.pop(run_id, None)
             raise self._refused(run_id, outcome, seq)
-        assert seq is not None
         if lease is not None:
-            lease.next_seq = seq + 1
+            lease.next_seq = seq + len(records)
             lease.after_write()
         else:
-            self._next[run_id] = seq + 1
+            self._next[run_id] = seq + len(records)
 
     def _refused(self, run_id: str, outcome: str, seq: int) -> Exception:
         what, _, detail = outcome.partition(":")

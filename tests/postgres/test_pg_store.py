@@ -205,6 +205,17 @@ async def test_an_unreachable_server_is_one_clear_store_error():
             await store.read_log("x")
 
 
+@pytest.mark.parametrize("change", [{"user": "polyloop_no_such_role"}, {"dbname": "polyloop_no_such_db"}],
+                         ids=["unknown-role", "unknown-database"])
+async def test_refused_credentials_are_one_clear_store_error(pg_url, change):
+    from psycopg.conninfo import make_conninfo
+
+    async with PostgresStore(make_conninfo(pg_url, **change), connect_timeout=2) as store:
+        with pytest.raises(StoreError, match=r"^cannot connect to PostgreSQL at [^\n]+$") as info:
+            await store.read_log("x")
+    assert next(iter(change.values())) in str(info.value)
+
+
 async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_url, pg_conn):
     schema = f"pl_{uuid.uuid4().hex[:10]}"
     pg_conn.execute(f"CREATE SCHEMA {schema}")
@@ -215,11 +226,41 @@ async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_
                 await store.list_runs()
         async with PostgresStore(url) as store:
             assert await store.list_runs() == []
-        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(1,)]
+        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(2,)]
         pg_conn.execute(f"UPDATE {schema}.polyloop_schema SET version = 99")
         async with PostgresStore(url) as store:
             with pytest.raises(StoreError, match="version 99, newer"):
                 await store.list_runs()
+    finally:
+        pg_conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.mark.parametrize("batch_table", [False, True], ids=["plain-v1", "v1-with-a-lazy-batch-table"])
+async def test_a_version_1_database_is_migrated_keeping_its_runs_and_manifests(pg_url, pg_conn, batch_table):
+    from polyloop.stores._pg_schema import _MIGRATIONS
+
+    schema = f"pl_{uuid.uuid4().hex[:10]}"
+    pg_conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        url = with_search_path(pg_url, schema)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(_MIGRATIONS[1])
+            conn.execute("CREATE TABLE polyloop_schema (version integer NOT NULL)")
+            conn.execute("INSERT INTO polyloop_schema VALUES (1)")
+            if batch_table:  # as version-1 libraries created it, beside the schema
+                conn.execute(
+                    "CREATE TABLE polyloop_batches (name text PRIMARY KEY, target text NOT NULL, "
+                    "runs jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+                )
+                conn.execute("""INSERT INTO polyloop_batches (name, target, runs) VALUES ('b', 't', '{}')""")
+            conn.execute("SELECT polyloop_append('old', 0, NULL, 'run_started', %s::json, true)",
+                         (encode_record(RunStarted(run_id="old", goal="g")).decode().strip(),))
+        async with PostgresStore(url) as store:
+            assert [r.TAG for r in await store.read_log("old")] == ["run_started"]
+            await store.write_intent("old", MI)
+        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(2,)]
+        names = pg_conn.execute(f"SELECT name FROM {schema}.polyloop_batches").fetchall()
+        assert names == ([("b",)] if batch_table else [])
     finally:
         pg_conn.execute(f"DROP SCHEMA {schema} CASCADE")
 

@@ -1,0 +1,110 @@
+"""Appends to a run's log in PostgreSQL: the fence and the insert in one statement.
+
+An append names the run, the sequence number it expects the record to get
+and the writer's lease epoch (None for a writer without a lease). One
+statement moves the run row's `next_seq` on, under that row's lock, only if
+the number and the fence hold, and inserts the record(s) with the epoch it
+found; if the fence refused, nothing was written and `diagnose` says why.
+Two writers can thus never interleave records of one run: a claim that
+bumps the epoch and an append lock the same row, and whichever comes second
+re-checks its condition against what the first committed.
+
+The statements are plain SQL rather than a call of the `polyloop_append`
+function (which still writes a run's first record, creating its row): the
+server plans them once per connection, and they skip PL/pgSQL's per-call
+setup; with the cursor kept per connection that took a
+seventh to a fifth off each append (`python benchmarks/postgres.py --appends`,
+docs/performance.md).
+
+`synchronous_commit` is set for the statement's own transaction: `on` for
+a durable record (committed and flushed before the statement returns),
+`off` for the others (committed before it returns, flushed with the run's
+next durable write, like the JSONL store's unsynced appends).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+# One record. `$1` run, `$2` seq, `$3` epoch (NULL: no lease), `$4` kind, `$5` body, `$6` on/off.
+APPEND_ONE = """
+WITH fence AS (
+    UPDATE polyloop_runs SET
+        next_seq = next_seq + 1,
+        status = CASE
+            WHEN $4::text = 'run_finished' THEN 'finished'
+            WHEN $4::text = 'resolution' AND status = 'parked' THEN 'queued'
+            ELSE status END
+    WHERE run_id = $1::text AND next_seq = $2::bigint AND CASE
+        WHEN $3::bigint IS NULL THEN holder IS NULL OR lease_until <= clock_timestamp()
+        ELSE epoch = $3::bigint AND holder IS NOT NULL AND lease_until > clock_timestamp() END
+    RETURNING epoch)
+INSERT INTO polyloop_records (run_id, seq, epoch, kind, body)
+SELECT $1::text, $2::bigint, fence.epoch, $4::text, $5::text::json FROM fence
+WHERE set_config('synchronous_commit', $6::text, true) IS NOT NULL
+"""
+
+# Several intents, seq `$2`, `$2`+1, ... in the order given; durable. `$4` the bodies (text[]).
+APPEND_INTENTS = """
+WITH fence AS (
+    UPDATE polyloop_runs SET next_seq = next_seq + cardinality($4::text[])
+    WHERE run_id = $1::text AND next_seq = $2::bigint AND CASE
+        WHEN $3::bigint IS NULL THEN holder IS NULL OR lease_until <= clock_timestamp()
+        ELSE epoch = $3::bigint AND holder IS NOT NULL AND lease_until > clock_timestamp() END
+    RETURNING epoch)
+INSERT INTO polyloop_records (run_id, seq, epoch, kind, body)
+SELECT $1::text, $2::bigint + b.n - 1, fence.epoch, 'intent', b.body::json
+FROM fence, unnest($4::text[]) WITH ORDINALITY AS b(body, n)
+WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
+"""
+
+# A run's first record: the function also creates the run's row when nobody claimed it first.
+APPEND_FIRST = "SELECT polyloop_append($1::text, 0, $2::bigint, $3::text, $4::text::json, true)"
+
+_STATE = """
+SELECT epoch, next_seq, holder, holder IS NOT NULL AND lease_until > clock_timestamp()
+FROM polyloop_runs WHERE run_id = $1::text
+"""
+
+
+async def append(
+    cur: psycopg.AsyncRawCursor[Any], run_id: str, seq: int, epoch: int | None,
+    kind: str, bodies: list[str], *, durable: bool,
+) -> str:
+    """Append `bodies` (records of kind `kind`) at `seq`, `seq`+1, ...; `ok` or why the fence refused.
+
+    The refusal is one of `missing`, `held:HOLDER`, `fenced:EPOCH`, `expired`,
+    `seq:NEXT` (see `diagnose`). Several bodies must be intents (durable).
+    """
+    if seq == 0:
+        assert len(bodies) == 1
+        await cur.execute(APPEND_FIRST, (run_id, epoch, kind, bodies[0]), prepare=True)
+        row = await cur.fetchone()
+        return row[0] if row else "missing"
+    if len(bodies) == 1:
+        params: tuple[Any, ...] = (run_id, seq, epoch, kind, bodies[0], "on" if durable else "off")
+        await cur.execute(APPEND_ONE, params, prepare=True)
+    else:
+        assert kind == "intent" and durable
+        await cur.execute(APPEND_INTENTS, (run_id, seq, epoch, bodies), prepare=True)
+    if cur.rowcount == len(bodies):
+        return "ok"
+    return await diagnose(cur, run_id, epoch)
+
+
+async def diagnose(cur: psycopg.AsyncRawCursor[Any], run_id: str, epoch: int | None) -> str:
+    """Why an append was refused, as `polyloop_append` reports it (read after the refusal)."""
+    await cur.execute(_STATE, (run_id,), prepare=True)
+    row = await cur.fetchone()
+    if row is None:
+        return "missing"
+    current, next_seq, holder, live = row
+    if epoch is None and live:
+        return f"held:{holder}"
+    if epoch is not None and current != epoch:
+        return f"fenced:{current}"
+    if epoch is not None and not live:
+        return "expired"
+    return f"seq:{next_seq}"

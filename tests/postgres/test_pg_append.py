@@ -1,0 +1,159 @@
+"""The append statements on a real server: one statement per append or batch, every refusal explained."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from polyloop import Intent, RunActiveError, RunFinished, RunNotFoundError, RunStarted, StoreError
+from polyloop.stores import LeaseLostError, PostgresStore
+
+MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
+
+
+def fresh(label: str) -> str:
+    return f"pgappend-{label}-{uuid.uuid4().hex[:10]}"
+
+
+def calls(n: int, step: int = 1) -> list[Intent]:
+    return [
+        Intent(kind="action", step=step, attempt=1, result_id=f"s{step}-c{k}-a1", tool="t", args={"k": k},
+               replay="never", idempotency_key=f"k{step}-{k}", call=k)
+        for k in range(1, n + 1)
+    ]
+
+
+def rows(pg_conn, run_id: str) -> list[tuple]:
+    return pg_conn.execute(
+        "SELECT seq, epoch, kind, body->>'result_id' FROM polyloop_records WHERE run_id = %s ORDER BY seq",
+        (run_id,),
+    ).fetchall()
+
+
+@pytest.fixture
+async def store(pg_url):
+    async with PostgresStore(pg_url, lease=5) as s:
+        yield s
+
+
+@pytest.fixture
+async def other(pg_url):
+    async with PostgresStore(pg_url, lease=5, name="the other store") as s:
+        yield s
+
+
+async def test_a_batch_is_one_transaction_with_a_number_each_and_the_holders_epoch(store, pg_conn):
+    run_id = fresh("one")
+    lease = await store.claim(run_id)
+    async with lease:
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await store.write_intents(run_id, calls(3))
+        await store.write_intent(run_id, MI)
+    assert rows(pg_conn, run_id) == [
+        (0, lease.epoch, "run_started", None),
+        (1, lease.epoch, "intent", "s1-c1-a1"),
+        (2, lease.epoch, "intent", "s1-c2-a1"),
+        (3, lease.epoch, "intent", "s1-c3-a1"),
+        (4, lease.epoch, "intent", "s1-m1"),
+    ]
+    # Rows inserted by one transaction share its id.
+    (xids,) = pg_conn.execute(
+        "SELECT count(DISTINCT xmin::text) FROM polyloop_records WHERE run_id = %s AND seq BETWEEN 1 AND 3",
+        (run_id,),
+    ).fetchone()
+    assert xids == 1
+    assert pg_conn.execute("SELECT next_seq FROM polyloop_runs WHERE run_id = %s", (run_id,)).fetchone() == (5,)
+
+
+async def test_a_fenced_batch_writes_none_of_its_intents(store, other, pg_conn):
+    run_id = fresh("fenced")
+    lease = await store.claim(run_id)
+    async with lease:
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        pg_conn.execute("UPDATE polyloop_runs SET lease_until = clock_timestamp() WHERE run_id = %s", (run_id,))
+        taken = await other.claim(run_id)
+        async with taken:
+            with pytest.raises(LeaseLostError, match=f"epoch {taken.epoch}"):
+                await store.write_intents(run_id, calls(2))
+    assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started"]
+
+
+async def test_a_stale_batch_writes_none_of_its_intents(store, other, pg_conn):
+    run_id = fresh("stale")
+    await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+    await other.read_log(run_id)
+    await store.write_intent(run_id, MI)
+    with pytest.raises(StoreError, match="has 2 records but this writer expected 1"):
+        await other.write_intents(run_id, calls(2))
+    assert [r[3] for r in rows(pg_conn, run_id)] == [None, "s1-m1"]
+    # Once refused, the writer does not guess: it reads again, then appends.
+    await other.read_log(run_id)
+    await other.write_intents(run_id, calls(2))
+    assert [r[0] for r in rows(pg_conn, run_id)] == [0, 1, 2, 3]
+
+
+async def test_a_lease_expired_on_the_database_clock_is_refused(store, pg_conn):
+    run_id = fresh("expired")
+    lease = await store.claim(run_id)
+    async with lease:
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        # Still live by this process's clock; lapsed by the database's.
+        pg_conn.execute("UPDATE polyloop_runs SET lease_until = clock_timestamp() WHERE run_id = %s", (run_id,))
+        with pytest.raises(LeaseLostError, match="expired on the database clock"):
+            await store.write_intent(run_id, MI)
+    assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started"]
+
+
+async def test_unleased_writes_are_refused_while_someone_holds_the_run(store, other, pg_conn):
+    run_id = fresh("held")
+    await other.write_run_started(RunStarted(run_id=run_id, goal="g"))
+    await other.read_log(run_id)
+    async with store.lock(run_id):
+        with pytest.raises(RunActiveError, match=store.name):
+            await other.write_intents(run_id, calls(2))
+        with pytest.raises(RunActiveError, match=store.name):
+            await other.write_intent(run_id, MI)
+    await other.read_log(run_id)
+    await other.write_intent(run_id, MI)  # the hold is gone: an unleased writer may append again
+    assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started", "intent"]
+
+
+async def test_a_run_the_database_does_not_know_is_not_found(store):
+    run_id = fresh("missing")
+    with pytest.raises(RunNotFoundError):
+        await store.write_intents(run_id, calls(2))
+
+
+async def test_a_held_run_without_a_log_takes_nothing_before_its_run_started(store, pg_conn):
+    run_id = fresh("nolog")
+    async with store.lock(run_id):
+        with pytest.raises(RunNotFoundError):
+            await store.write_intent(run_id, MI)
+        with pytest.raises(RunNotFoundError):
+            await store.write_intents(run_id, calls(2))
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await store.write_intents(run_id, calls(2))
+    assert [r[0] for r in rows(pg_conn, run_id)] == [0, 1, 2]
+
+
+async def test_a_workers_view_of_its_lease_batches_too(store, pg_conn):
+    from polyloop._store import BatchingStore
+
+    run_id = fresh("view")
+    lease = await store.claim(run_id)
+    async with lease:
+        view = lease.store  # what a worker hands the run loop
+        assert isinstance(view, BatchingStore)
+        await view.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await view.write_intents(run_id, calls(2))
+    assert rows(pg_conn, run_id) == [(0, lease.epoch, "run_started", None),
+                                     (1, lease.epoch, "intent", "s1-c1-a1"), (2, lease.epoch, "intent", "s1-c2-a1")]
+
+
+async def test_the_end_marker_finishes_the_runs_queue_status(store, pg_conn):
+    run_id = fresh("finish")
+    async with store.lock(run_id):
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await store.write_run_finished(run_id, RunFinished(reason="final_answer", result="r", steps=0))
+    assert pg_conn.execute("SELECT status FROM polyloop_runs WHERE run_id = %s", (run_id,)).fetchone() == ("finished",)
