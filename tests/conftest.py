@@ -75,7 +75,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_FIGURES] = Reliability()
-    _compile_for_children()
+    if not hasattr(config, "workerinput"):  # the main process, before any xdist worker starts
+        _compile_for_children()
 
 
 def _compile_for_children() -> None:
@@ -117,7 +118,25 @@ def soak_seconds(pytestconfig: pytest.Config) -> float:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get("POLYLOOP_RELIABILITY_REPORT")
     figures = session.config.stash.get(_FIGURES, None)
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the tally to the main process
+        if figures is not None:
+            session.config.workeroutput["polyloop_reliability"] = {
+                "counts": dict(figures.counts), "kill_points": sorted(figures.kill_points),
+                "tests": sorted(figures.tests),
+            }
+        return
     if path and figures is not None and figures.tests:
         with open(path, "w") as f:
             json.dump(figures.to_json(exitstatus), f, indent=2)
             f.write("\n")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The main process of a parallel run (pytest-xdist) adds up its workers' tallies."""
+    part = getattr(node, "workeroutput", {}).get("polyloop_reliability")
+    figures = node.config.stash.get(_FIGURES, None)
+    if part and figures is not None:
+        figures.counts.update(part["counts"])
+        figures.kill_points.update(part["kill_points"])
+        figures.tests.update(part["tests"])
