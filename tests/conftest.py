@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import platform
+import re
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+import polyloop
+import polyloop_cli
 from polyloop import JsonlStore
 from polyloop.testing import MemoryStore
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -68,6 +75,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_FIGURES] = Reliability()
+    if not hasattr(config, "workerinput"):  # the main process, before any xdist worker starts
+        _compile_for_children()
+
+
+def _compile_for_children() -> None:
+    """Byte-compile the code the tests' child processes import, once per session.
+
+    The suite starts well over a thousand Python processes (`polyloop` commands,
+    crash children), each importing the library, the command line and an agent
+    file. Children that may not write .pyc files (PYTHONDONTWRITEBYTECODE=1, which
+    tests/crash/crashkit.py sets and some machines set for everything) and find
+    none compile every one of those modules again: about a quarter of a child's
+    start-up. The .pyc files go where Python looks for them (`__pycache__`, or
+    $PYTHONPYCACHEPREFIX) and are checked against their source as usual, so an
+    edited file never runs stale. Test modules are left out (pytest rewrites
+    them itself), and so is every file a test writes: those live in tmp dirs.
+    """
+    dirs = [Path(polyloop.__file__).parent, Path(polyloop_cli.__file__).parent,
+            ROOT / "tests", ROOT / "examples"]
+    skip = re.compile(r"(^|[\\/])(test_[^\\/]*|conftest)\.py$")
+    for where in dirs:
+        if where.is_dir():
+            compileall.compile_dir(where, quiet=2, rx=skip, workers=1)
 
 
 @pytest.fixture
@@ -88,7 +118,25 @@ def soak_seconds(pytestconfig: pytest.Config) -> float:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get("POLYLOOP_RELIABILITY_REPORT")
     figures = session.config.stash.get(_FIGURES, None)
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the tally to the main process
+        if figures is not None:
+            session.config.workeroutput["polyloop_reliability"] = {
+                "counts": dict(figures.counts), "kill_points": sorted(figures.kill_points),
+                "tests": sorted(figures.tests),
+            }
+        return
     if path and figures is not None and figures.tests:
         with open(path, "w") as f:
             json.dump(figures.to_json(exitstatus), f, indent=2)
             f.write("\n")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The main process of a parallel run (pytest-xdist) adds up its workers' tallies."""
+    part = getattr(node, "workeroutput", {}).get("polyloop_reliability")
+    figures = node.config.stash.get(_FIGURES, None)
+    if part and figures is not None:
+        figures.counts.update(part["counts"])
+        figures.kill_points.update(part["kill_points"])
+        figures.tests.update(part["tests"])

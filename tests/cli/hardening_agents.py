@@ -2,6 +2,8 @@
 
 * `POLYLOOP_TEST_CHARGES`: a file `slow_charge` appends one line to per execution (fsync'd).
 * `POLYLOOP_TEST_STARTED`: a file `slow_charge` creates when it starts.
+* `POLYLOOP_TEST_SECONDS`: how long `slow_charge` takes (default 3); with
+  `POLYLOOP_TEST_RELEASE`, it ends as soon as that file exists, at the latest then.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ def slow_charge(amount: int) -> str:
     marker = os.environ.get("POLYLOOP_TEST_STARTED")
     if marker:
         Path(marker).write_text("started")
-    time.sleep(float(os.environ.get("POLYLOOP_TEST_SECONDS", "3")))
+    deadline = time.monotonic() + float(os.environ.get("POLYLOOP_TEST_SECONDS", "3"))
+    release = os.environ.get("POLYLOOP_TEST_RELEASE")
+    while time.monotonic() < deadline and not (release and os.path.exists(release)):
+        time.sleep(0.02)
     charges = os.environ.get("POLYLOOP_TEST_CHARGES")
     if charges:
         with open(charges, "a") as f:

@@ -44,7 +44,9 @@ def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
 
 def test_ctrl_c_during_a_sync_never_tool_holds_the_run_until_the_tool_ends(cli, tmp_path):
     charges, started = tmp_path / "charges", tmp_path / "started"
-    env = {"POLYLOOP_TEST_CHARGES": str(charges), "POLYLOOP_TEST_STARTED": str(started), "POLYLOOP_TEST_SECONDS": "15"}
+    release = tmp_path / "release"
+    env = {"POLYLOOP_TEST_CHARGES": str(charges), "POLYLOOP_TEST_STARTED": str(started),
+           "POLYLOOP_TEST_SECONDS": "60", "POLYLOOP_TEST_RELEASE": str(release)}
     proc = _start(cli, "pay", env)
     _wait_for(started, proc)
     proc.send_signal(signal.SIGINT)
@@ -54,7 +56,9 @@ def test_ctrl_c_during_a_sync_never_tool_holds_the_run_until_the_tool_ends(cli, 
     assert cli("inspect", "pay", "--json").json()["status"] == "active"
     assert cli("mark-resolved", "pay", "s1-a1", "--not-executed").code == 2
     assert cli("resume", "pay").code == 2
-    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.poll() is None and not charges.exists()  # the tool was still running all along
+    release.write_text("")  # let the tool end (instead of waiting out a fixed sleep)
+    stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 130, (stdout, stderr)
     # The charge that did happen is recorded, not left unknown: resume goes on without an operator.
     doc = cli("inspect", "pay", "--json").json()
