@@ -12,7 +12,7 @@ from polyloop import JsonlStore, StoreError
 from polyloop.stores import _aio
 from polyloop.stores._aio import Syncer, open_syncer
 from polyloop.stores._disk import Disk
-from tests.unit.test_jsonl_store import AI, MI, MR, SC, started
+from tests.unit.test_jsonl_store import MI, MR, started, write_all
 
 pytestmark = pytest.mark.skipif(
     _aio._NUMBERS.get(os.uname().machine) is None or _aio._kernel() < (4, 18),
@@ -128,26 +128,18 @@ async def test_closing_returns_the_eventfd(tmp_path):
 # -- the store -----------------------------------------------------------------
 
 
-async def write_run(store, run_id="r"):
-    await store.write_run_started(started(run_id))
-    await store.write_intent(run_id, MI)
-    await store.write_model_call_result(run_id, MR)
-    await store.write_intent(run_id, AI)
-    await store.write_step_completed(run_id, SC)
-
-
 async def test_the_store_batches_the_fsyncs_of_concurrent_runs(tmp_path, submits):
     async with JsonlStore(tmp_path / "runs") as store:
 
         async def held(i):
             async with store.lock(f"r{i}"):
-                await write_run(store, f"r{i}")
+                await write_all(store, f"r{i}")
 
         await asyncio.gather(*(held(i) for i in range(40)))
         for i in range(40):
             assert [r.TAG for r in await store.read_log(f"r{i}")] == [
-                "run_started", "intent", "model_call_result", "intent", "step_completed"]
-    # 40 runs x (file + directory at creation, two intents): far fewer submits than fsyncs.
+                "run_started", "intent", "model_call_result", "intent", "step_completed", "run_finished"]
+    # 40 runs x (directory at creation, two intents, the end): far fewer submits than fsyncs.
     assert sum(submits) <= 40 * 4
     assert len(submits) < 40
 
@@ -168,7 +160,7 @@ async def test_each_durable_write_returns_after_its_fsync_landed_and_before_the_
     monkeypatch.setattr(_aio._Request, "land", land)
     async with JsonlStore(tmp_path / "runs") as store:
         async with store.lock("r"):
-            await write_run(store)
+            await write_all(store)
             log_fd = store._logs["r"].fd
             events.clear()
             await store.write_intent("r", MI)
@@ -183,15 +175,15 @@ async def test_threads_when_asked_or_when_the_disk_is_a_test_seam(tmp_path, monk
         pass
 
     async with JsonlStore(tmp_path / "a", _disk=Seam()) as store:
-        await write_run(store)
+        await write_all(store)
         assert store._syncers == {}
     monkeypatch.setenv("POLYLOOP_FSYNC", "threads")
     async with JsonlStore(tmp_path / "b") as store:
-        await write_run(store)
+        await write_all(store)
         assert store._syncers == {}
     monkeypatch.delenv("POLYLOOP_FSYNC")
     async with JsonlStore(tmp_path / "c") as store:
-        await write_run(store)
+        await write_all(store)
         assert list(store._syncers) == [asyncio.get_running_loop()]
 
 
@@ -201,15 +193,15 @@ async def test_a_kernel_that_refuses_asynchronous_fsync_falls_back_to_fsync(tmp_
 
     monkeypatch.setattr(Syncer, "fsync", refuse)
     async with JsonlStore(tmp_path / "runs") as store:
-        await write_run(store)  # every durable write still made durable, by fsync(2)
+        await write_all(store)  # every durable write still made durable, by fsync(2)
         assert store._aio is False
-        assert len(await store.read_log("r")) == 5
+        assert len(await store.read_log("r")) == 6
 
 
 async def test_a_failed_fsync_takes_the_record_back(tmp_path, monkeypatch):
     async with JsonlStore(tmp_path / "runs") as store:
         async with store.lock("r"):
-            await write_run(store)
+            await write_all(store)
             size = store.path("r").stat().st_size
 
             async def eio(self, fd, *, same=None):
