@@ -56,6 +56,10 @@ def _syscall() -> Callable[..., int] | None:
     return fn
 
 
+class Refused(OSError):
+    """The kernel refused the request itself (`io_submit`): no fsync was tried."""
+
+
 class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
@@ -146,7 +150,7 @@ class Syncer:
         if self._closed:
             queued, self._queued = self._queued, []
             for request in queued:
-                request.land(OSError(errno.EBADF, "the store's fsync context is closed"))
+                request.land(Refused(errno.EBADF, "the store's fsync context is closed"))
             return
         room = _DEPTH - len(self._inflight)
         if room <= 0:  # the rest waits for completions to make room (see _reap)
@@ -177,9 +181,10 @@ class Syncer:
             err = ctypes.get_errno() if got < 0 else errno.EIO
             if err == errno.EINTR:
                 continue
-            # The request at `done` was refused (EINVAL: this file cannot be
-            # fsynced; EBADF): it fails alone, the rest go on.
-            self._inflight.pop(first + done).land(OSError(err, os.strerror(err)))
+            # The request at `done` was refused (EINVAL: no asynchronous fsync
+            # for this file or kernel; EAGAIN: no room; EBADF): it fails
+            # alone, the rest go on.
+            self._inflight.pop(first + done).land(Refused(err, os.strerror(err)))
             done += 1
         self._maybe_idle()
 

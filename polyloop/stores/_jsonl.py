@@ -57,7 +57,7 @@ from .._records import (
     StepCompleted,
     encode,
 )
-from ._aio import Syncer, open_syncer
+from ._aio import Refused, Syncer, open_syncer
 from ._disk import Disk, kind_of, not_regular_problem, why
 from ._lockfile import clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
@@ -70,6 +70,8 @@ T = TypeVar("T")
 # regular files). Everything opened is checked to be a regular file.
 _SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_APPEND | _SAFE
+# Refusals of an asynchronous fsync that mean "not here" rather than "not now".
+_NO_AIO = {errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP}
 
 
 class JsonlStore:
@@ -473,13 +475,16 @@ class JsonlStore:
             try:
                 await syncer.fsync(fd, same=same)
                 return
+            except Refused as exc:
+                # Refused as a request, not answered by an fsync: fsync(2)
+                # itself decides. A kernel (or sandbox) without asynchronous
+                # fsync decides so for the rest of the store.
+                if exc.errno in _NO_AIO:
+                    self._aio = False
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
-                # Refused as a request: a kernel that takes AIO contexts but
-                # not asynchronous fsyncs (or a file that takes neither).
-                # fsync(2) itself decides, and decides for the rest of the store.
-                self._aio = False
+                self._aio = False  # answered EINVAL: ask fsync(2), from now on
         await self._hand_off(lambda: self._disk.fsync(fd))
 
     async def _fsync_dir(self, directory: str) -> None:

@@ -187,15 +187,31 @@ async def test_threads_when_asked_or_when_the_disk_is_a_test_seam(tmp_path, monk
         assert list(store._syncers) == [asyncio.get_running_loop()]
 
 
-async def test_a_kernel_that_refuses_asynchronous_fsync_falls_back_to_fsync(tmp_path, monkeypatch):
+@pytest.mark.parametrize("refusal", [errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EAGAIN])
+async def test_a_refused_request_is_decided_by_fsync_itself(tmp_path, monkeypatch, refusal):
+    fsyncs = []
+
     async def refuse(self, fd, *, same=None):
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        raise _aio.Refused(refusal, os.strerror(refusal))
+
+    real = Disk.fsync
+
+    def counted(self, fd):
+        fsyncs.append(fd)
+        real(self, fd)
 
     monkeypatch.setattr(Syncer, "fsync", refuse)
+    monkeypatch.setattr(Disk, "fsync", counted)
     async with JsonlStore(tmp_path / "runs") as store:
         await write_all(store)  # every durable write still made durable, by fsync(2)
-        assert store._aio is False
         assert len(await store.read_log("r")) == 6
+        # Not here (no asynchronous fsync in this kernel or sandbox): threads from now on.
+        # Not now (EAGAIN: no room): this fsync on a thread, the next ones batched again.
+        assert store._aio is (refusal == errno.EAGAIN)
+    # Each refused request went to fsync(2): the new log's own fsync (always on a thread), its
+    # directory, two intents and the end; with EAGAIN the parent directory's too (with threads
+    # from the start it goes through the disk's fsync_dir instead).
+    assert len(fsyncs) == (6 if refusal == errno.EAGAIN else 5)
 
 
 async def test_a_failed_fsync_takes_the_record_back(tmp_path, monkeypatch):
