@@ -49,7 +49,13 @@ async def _level(directory: str, runs: int, steps: int, rep: int) -> tuple[float
 def child(directory: str, runs: int, steps: int, reps: int) -> dict[str, float]:
     """One level in this process: steps/s (median of reps), median step latency, memory."""
     import polyloop  # noqa: F401  (imports count in the baseline, not in the runs)
+    from polyloop import Agent, ScriptedModel
+    from polyloop.testing import MemoryStore
 
+    # The imports a first run makes lazily (pydantic for the tool's schema, ~9 MiB) count in
+    # the baseline too: one tiny run in memory before measuring.
+    warm = Agent(model=ScriptedModel(scripted_outputs(1)), tools=[lookup_tool()], max_steps=2)
+    asyncio.run(warm.run("warm up", run_id="warm", store=MemoryStore()))
     baseline = _rss()
     rates, latencies = [], []
     for rep in range(reps):

@@ -176,6 +176,15 @@ class _Step:
         return self.actions if call is None or self.calls is None else self.calls[call - 1]
 
 
+# What a forgotten step keeps of its step_completed: only that there was one.
+_FORGOTTEN = StepCompleted(step=0, result_id=None, observation="")
+
+
+def _executions_of(st: _Step) -> list[_Exec]:
+    """Every execution of a step: its model calls, its actions (of every call) and their rollbacks."""
+    return st.model_calls + st.actions + [r for x in st.actions for r in x.rollbacks]
+
+
 def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     out = output.output if output is not None else None
     return out.get("tool_call") if out else None
@@ -205,6 +214,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, Arti
         self._order: list[_Exec] = []
         self._resolutions: list[Resolution] = []
         self._count = 0
+        self._forgotten = 0  # steps whose executions a live run let go (`forget_done`)
         self.minor = 0
         self.guards: dict[str, dict[str, Any]] = {}
         self.approvals: dict[str, str] = {}
@@ -505,10 +515,40 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, Arti
 
     def recovery(self) -> Recovery | None:
         """The verdict so far (None without a valid `run_started`)."""
+        if self._forgotten:
+            raise RuntimeError("a live run's walker let its done steps go: it has no verdict to give")
         if self.started is None or (self.problems and self.problems[0].index == 0):
             return None
         with paused_gc():  # hundreds of thousands of objects, no cycles among them
             return self._freeze()
+
+    def forget_done(self) -> None:
+        """Let go of what only a reader of the whole log needs, in a live run.
+
+        Every rule and every plan looks at the open step and the last
+        completed one; before those, a run's executions and records are
+        what a verdict (`recovery`, inspect) lists. A run loop calls this
+        after each completed step, so a long run's walker does not hold
+        every record it wrote (docs/performance.md, memory per concurrent
+        run); the steps stay, marked completed, and so do requests,
+        products and budget counts. A walker that forgot has no verdict.
+        """
+        last = self.completed_steps - 1  # the last completed step stays whole
+        if last <= self._forgotten:
+            return
+        by_id, keys = self._by_id, self._keys
+        for st in self.steps[self._forgotten:last]:
+            for x in _executions_of(st):
+                i = x.intent
+                by_id.pop(i.result_id, None)
+                keys.discard((i.step, i.kind, i.call, i.attempt))
+            st.model_calls.clear()
+            st.actions.clear()
+            st.output, st.completed = None, _FORGOTTEN
+            if st.calls is not None:
+                st.calls = []
+        self._forgotten = last
+        self._order = [x for x in self._order if x.intent.step > last]
 
     def _freeze(self) -> Recovery:
         assert self.started is not None

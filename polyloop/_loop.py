@@ -346,9 +346,11 @@ class _Run:
                 f"{_NEEDED_BY[record.TAG]} need: it lacks write_{record.TAG}", run_id=self.run_id,
             )
         await self._stored(writer(self.run_id, record), (record,))
-        if self.recheck_products and isinstance(record, StepCompleted):
-            self.recheck_products = False
-            await check_products(self.store, self.walker, when=f"stops after step {record.step}")
+        if isinstance(record, StepCompleted):
+            if self.recheck_products:
+                self.recheck_products = False
+                await check_products(self.store, self.walker, when=f"stops after step {record.step}")
+            self.walker.forget_done()
 
     async def _stored(self, write: Any, records: Sequence[Record]) -> None:
         """Await a store write, then feed what it wrote to the walker (fail closed on both)."""

@@ -129,3 +129,42 @@ async def test_inspect_names_what_resume_then_does(records, reliability):
         assert not any(isinstance(r, Resumed) for r in appended)
         assert _observed_first(appended[0]) == expected, report.next
     reliability.add("planner_property_examples")
+
+
+# -- a live run lets its done steps go (Walker.forget_done) --------------------------------
+
+
+def _seen(walker, run_id):
+    """What a run loop reads of its walker after a record: the plan, and the open step's state."""
+    from polyloop._plan import describe
+
+    nxt = plan(walker)
+    st = walker.open_step
+    return (
+        type(nxt).__name__, describe(nxt, run_id), walker.completed_steps, len(walker.steps),
+        [x.result_id for x in walker.blocking()],
+        None if st is None else [(x.result_id, x.state) for x in st.model_calls + st.actions],
+        sorted(walker.requests), sorted(walker.artifacts),
+    )
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(records=logkit.logs())
+def test_a_walker_that_forgets_done_steps_plans_as_one_that_keeps_them(records):
+    from polyloop._classify import Walker
+
+    run_id = records[0].run_id
+    whole, live = Walker(run_id), Walker(run_id)
+    for record in records:
+        assert whole.feed(record) == live.feed(record)
+        if isinstance(record, StepCompleted):
+            live.forget_done()
+        if whole.started is None or whole.problems:
+            continue
+        assert _seen(live, run_id) == _seen(whole, run_id)
+    done = whole.completed_steps
+    if done >= 2:
+        # Only the open step and the last completed one keep their executions.
+        assert all(x.intent.step >= done for x in live._order)
+        with pytest.raises(RuntimeError, match="no verdict"):
+            live.recovery()
