@@ -176,8 +176,12 @@ class _Step:
         return self.actions if call is None or self.calls is None else self.calls[call - 1]
 
 
-# What a forgotten step keeps of its step_completed: only that there was one.
-_FORGOTTEN = StepCompleted(step=0, result_id=None, observation="")
+# What stands for every forgotten step: one that completed, and nothing else
+# (no executions to list, nothing to append to: rule 6 refuses an intent for it).
+_FORGOTTEN_STEP = _Step(0)
+_FORGOTTEN_STEP.model_calls = ()  # type: ignore[assignment]
+_FORGOTTEN_STEP.actions = ()  # type: ignore[assignment]
+_FORGOTTEN_STEP.completed = StepCompleted(step=0, result_id=None, observation="")
 
 
 def _executions_of(st: _Step) -> list[_Exec]:
@@ -536,17 +540,13 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, Arti
         last = self.completed_steps - 1  # the last completed step stays whole
         if last <= self._forgotten:
             return
-        by_id, keys = self._by_id, self._keys
-        for st in self.steps[self._forgotten:last]:
-            for x in _executions_of(st):
+        by_id, keys, steps = self._by_id, self._keys, self.steps
+        for k in range(self._forgotten, last):
+            for x in _executions_of(steps[k]):
                 i = x.intent
                 by_id.pop(i.result_id, None)
                 keys.discard((i.step, i.kind, i.call, i.attempt))
-            st.model_calls.clear()
-            st.actions.clear()
-            st.output, st.completed = None, _FORGOTTEN
-            if st.calls is not None:
-                st.calls = []
+            steps[k] = _FORGOTTEN_STEP
         self._forgotten = last
         self._order = [x for x in self._order if x.intent.step > last]
 

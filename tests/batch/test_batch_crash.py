@@ -44,6 +44,15 @@ def _finish(world: World, goals: Path, run_ids: list[str], reliability) -> None:
     check_oracle(world, done.json(), run_ids)
 
 
+def _started(world: World, runs: int, proc, limit: float = 60.0) -> None:
+    """Wait until `runs` runs of the batch have a log (or the batch ended)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc.poll() is None:
+        if world.runs.is_dir() and sum(1 for _ in world.runs.glob("*.jsonl")) >= runs:
+            return
+        time.sleep(0.005)
+
+
 def test_the_parent_killed_at_random_points_then_rerun_until_done(world, reliability):
     seed = random.randrange(2**32)
     rng = random.Random(seed)
@@ -54,7 +63,10 @@ def test_the_parent_killed_at_random_points_then_rerun_until_done(world, reliabi
         proc = world.spawn("stamper", goals, "--json", "--processes", "2", "--concurrency", "4",
                            BATCH_SLOW="0.02")
         try:
-            time.sleep(rng.uniform(0.2, 1.2))
+            # Kill once a random number of runs has started (not after a random time: on a fast
+            # machine the whole batch can end before any fixed delay, and nothing is tested).
+            _started(world, rng.randint(1, LINES), proc)
+            time.sleep(rng.uniform(0, 0.05))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)  # the parent only: its workers must die with it
                 kills += 1
