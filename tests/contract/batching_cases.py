@@ -13,8 +13,17 @@ import contextlib
 import uuid
 from typing import Any
 
-from polyloop import Agent, Intent, ModelCallResult, RunStarted, ScriptedModel, StepCompleted, tool
+from polyloop import (
+    Agent,
+    Intent,
+    ModelCallResult,
+    RunStarted,
+    ScriptedModel,
+    StepCompleted,
+    tool,
+)
 from polyloop._store import BatchingStore
+from polyloop.testing._contract import _make
 
 
 def _fresh(label: str) -> str:
@@ -31,13 +40,6 @@ def _calls(n: int) -> list[Intent]:
                replay="safe", idempotency_key=f"key-{k}", call=k)
         for k in range(1, n + 1)
     ]
-
-
-async def _store(factory: Any) -> Any:
-    store = factory()
-    if asyncio.iscoroutine(store):
-        store = await store
-    return store
 
 
 def _held(store: Any, run_id: str) -> Any:
@@ -69,7 +71,7 @@ class BatchingCases:
 
     def test_the_store_offers_write_intents(self, store_factory: Any) -> None:
         async def go() -> None:
-            store = await _store(store_factory)
+            store = await _make(store_factory)
             try:
                 assert isinstance(store, BatchingStore)
             finally:
@@ -79,7 +81,7 @@ class BatchingCases:
 
     def test_batched_intents_read_back_in_order_between_single_writes(self, store_factory: Any) -> None:
         async def go() -> None:
-            store = await _store(store_factory)
+            store = await _make(store_factory)
             run_id = _fresh("order")
             calls = _calls(3)
             written = [
@@ -99,7 +101,7 @@ class BatchingCases:
                     await store.write_step_completed(run_id, written[-2])
                     await store.write_intent(run_id, written[-1])
                 # A fresh store instance reads what the first one wrote.
-                reader = await _store(store_factory)
+                reader = await _make(store_factory)
                 try:
                     assert _logical(await reader.read_log(run_id)) == _logical(written)
                 finally:
@@ -112,7 +114,7 @@ class BatchingCases:
 
     def test_an_empty_batch_writes_nothing(self, store_factory: Any) -> None:
         async def go() -> None:
-            store = await _store(store_factory)
+            store = await _make(store_factory)
             run_id = _fresh("empty")
             try:
                 async with _held(store, run_id):
@@ -127,7 +129,7 @@ class BatchingCases:
 
     def test_a_step_of_several_calls_runs_through_write_intents(self, store_factory: Any) -> None:
         async def go() -> None:
-            store = await _store(store_factory)
+            store = await _make(store_factory)
             run_id = _fresh("loop")
             batches: list[int] = []
             real = store.write_intents
