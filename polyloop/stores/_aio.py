@@ -28,6 +28,8 @@ import re
 import struct
 from collections.abc import Callable
 
+from ._workers import Handed
+
 _NUMBERS = {  # io_setup, io_destroy, io_submit, io_getevents
     "x86_64": (206, 207, 209, 208),
     "aarch64": (0, 1, 2, 4),
@@ -64,24 +66,12 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-class _Request:
-    __slots__ = ("fd", "fut", "landed", "waiter")
+class _Request(Handed):
+    __slots__ = ("fd",)
 
-    def __init__(self, fd: int, fut: asyncio.Future[None]) -> None:
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
         self.fd = fd
-        self.fut = fut
-        self.landed = False
-        self.waiter: asyncio.Future[None] | None = None
-
-    def land(self, exc: OSError | None) -> None:
-        self.landed = True
-        if not self.fut.done():
-            if exc is None:
-                self.fut.set_result(None)
-            else:
-                self.fut.set_exception(exc)
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
 
 
 class Syncer:
@@ -127,22 +117,14 @@ class Syncer:
             raise RuntimeError("this syncer is closed")
         request = self._shared.get(same) if same is not None else None
         if request is None:
-            request = _Request(fd, self.loop.create_future())
+            request = _Request(fd, self.loop)
             self._queued.append(request)
             if same is not None:
                 self._shared[same] = request
             if not self._flagged:
                 self._flagged = True
                 self.loop.call_soon(self._flush)
-        try:
-            await (request.fut if same is None else asyncio.shield(request.fut))
-        except asyncio.CancelledError:
-            while not request.landed:
-                if request.waiter is None:
-                    request.waiter = self.loop.create_future()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(request.waiter)
-            raise
+        await request.outcome(shared=same is not None)
 
     def _flush(self) -> None:
         self._flagged = False
@@ -150,7 +132,7 @@ class Syncer:
         if self._closed:
             queued, self._queued = self._queued, []
             for request in queued:
-                request.land(Refused(errno.EBADF, "the store's fsync context is closed"))
+                request.land(None, Refused(errno.EBADF, "the store's fsync context is closed"))
             return
         room = _DEPTH - len(self._inflight)
         if room <= 0:  # the rest waits for completions to make room (see _reap)
@@ -184,7 +166,7 @@ class Syncer:
             # The request at `done` was refused (EINVAL: no asynchronous fsync
             # for this file or kernel; EAGAIN: no room; EBADF): it fails
             # alone, the rest go on.
-            self._inflight.pop(first + done).land(Refused(err, os.strerror(err)))
+            self._inflight.pop(first + done).land(None, Refused(err, os.strerror(err)))
             done += 1
         self._maybe_idle()
 
@@ -204,7 +186,7 @@ class Syncer:
                 key, _obj, res, _res2 = _EVENT.unpack_from(events, i * size)
                 request = self._inflight.pop(key, None)
                 if request is not None:
-                    request.land(None if res >= 0 else OSError(-res, os.strerror(-res)))
+                    request.land(None, None if res >= 0 else OSError(-res, os.strerror(-res)))
             if got < _REAP:
                 break
         if self._queued and not self._flagged:

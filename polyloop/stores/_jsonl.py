@@ -476,15 +476,12 @@ class JsonlStore:
                 await syncer.fsync(fd, same=same)
                 return
             except Refused as exc:
-                # Refused as a request, not answered by an fsync: fsync(2)
+                # Refused as a request, not answered by an fsync (an fsync's
+                # own error is fsync(2)'s, and raised as it is): fsync(2)
                 # itself decides. A kernel (or sandbox) without asynchronous
                 # fsync decides so for the rest of the store.
                 if exc.errno in _NO_AIO:
                     self._aio = False
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self._aio = False  # answered EINVAL: ask fsync(2), from now on
         await self._hand_off(lambda: self._disk.fsync(fd))
 
     async def _fsync_dir(self, directory: str) -> None:

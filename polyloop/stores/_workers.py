@@ -12,15 +12,57 @@ from typing import Any
 _STOP = None  # put on the queue once per thread to end it
 
 
-class _Job:
-    __slots__ = ("fn", "fut", "loop", "landed", "waiter")
+class Handed:
+    """Work handed off the event loop: the future its caller awaits, and whether it has landed.
 
-    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
-        self.fn = fn
+    Shared by the disk threads' jobs and the kernel's batched fsyncs
+    (`_aio.py`): a cancelled wait still waits for the work to land.
+    """
+
+    __slots__ = ("fut", "landed", "loop", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.fut: asyncio.Future[Any] = loop.create_future()
         self.landed = False
         self.waiter: asyncio.Future[None] | None = None
+
+    def land(self, value: Any, exc: BaseException | None) -> None:
+        """The work is done: hand its value (or error) to the caller, and wake a cancelled one."""
+        self.landed = True
+        fut = self.fut
+        if not fut.done():
+            if exc is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(exc)
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def outcome(self, *, shared: bool = False) -> Any:
+        """Await the work's value (`shared`: other callers await the same work, so one
+        caller's cancellation must not cancel it for the rest)."""
+        try:
+            return await (asyncio.shield(self.fut) if shared else self.fut)
+        except asyncio.CancelledError:
+            # The cancellation stopped the wait, not the work: let it land
+            # whole before the caller unwinds (and perhaps releases the
+            # run's lock to another process, or closes the descriptor), then
+            # re-raise.
+            while not self.landed:
+                if self.waiter is None:
+                    self.waiter = self.loop.create_future()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.waiter)
+            raise
+
+
+class _Job(Handed):
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.fn = fn
 
 
 class DiskWorkers:
@@ -30,7 +72,7 @@ class DiskWorkers:
     and several threads let concurrent runs fsync in parallel so the file
     system can commit them together. The task awaits the job's future
     directly (no `asyncio.shield`, which costs a loop iteration per
-    hand-off); a cancelled task still waits for its job to land.
+    hand-off); a cancelled task still waits for its job to land (`Handed`).
 
     The threads hold no reference to the store that owns them, so a store
     that is dropped without `aclose` can be collected and its finalizer can
@@ -60,18 +102,7 @@ class DiskWorkers:
                 batch = self._batches[loop] = []
                 loop.call_soon(self._dispatch, loop)
             batch.append(job)
-        try:
-            return await job.fut
-        except asyncio.CancelledError:
-            # The cancellation stopped the wait, not the work: let it land
-            # whole before the caller unwinds (and perhaps releases the
-            # run's lock to another process), then re-raise.
-            while not job.landed:
-                if job.waiter is None:
-                    job.waiter = job.loop.create_future()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(job.waiter)
-            raise
+        return await job.outcome()
 
     def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
@@ -148,16 +179,4 @@ class DiskWorkers:
         with self._lock:
             done = self._done.pop(loop, ())
         for job, value, exc in done:
-            _settle(job, value, exc)
-
-
-def _settle(job: _Job, value: Any, exc: BaseException | None) -> None:
-    job.landed = True
-    fut = job.fut
-    if not fut.done():
-        if exc is None:
-            fut.set_result(value)
-        else:
-            fut.set_exception(exc)
-    if job.waiter is not None and not job.waiter.done():
-        job.waiter.set_result(None)
+            job.land(value, exc)

@@ -152,9 +152,9 @@ async def test_each_durable_write_returns_after_its_fsync_landed_and_before_the_
         events.append(("write", fd))
         real_write(self, fd, data)
 
-    def land(self, exc):
+    def land(self, value, exc):
         events.append(("landed", self.fd))
-        real_land(self, exc)
+        real_land(self, value, exc)
 
     monkeypatch.setattr(Disk, "write", write)
     monkeypatch.setattr(_aio._Request, "land", land)
