@@ -31,6 +31,16 @@ def _run(*args: str, tmp_path: Path) -> str:
     return proc.stdout
 
 
+def _bench(script: str, tmp_path: Path) -> str:
+    """Run one benchmark script of benchmarks/ at its --quick size; its output."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def test_quick_run_prints_every_figure_and_the_targets(tmp_path):
     # The peers are asked of this Python, which never has them: that figure
     # must skip with a clear message instead of failing.
@@ -58,35 +68,23 @@ def test_quick_peers_run_when_installed(tmp_path):
 
 
 def test_the_ls_benchmark_runs_and_cleans_up(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "ls.py"), "--quick", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "`list_runs`, 1 worker" in proc.stdout and "Speed-up of" in proc.stdout, proc.stdout
+    out = _bench("ls.py", tmp_path)
+    assert "`list_runs`, 1 worker" in out and "Speed-up of" in out, out
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_parallel_calls_benchmark_counts_the_same_fsyncs_for_four_calls_as_for_one(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "calls.py"), "--quick", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
+    out = _bench("calls.py", tmp_path)
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
     one, four = rows["1 call per step"], rows["4 calls per step (intents in one durable write)"]
     # Counted, not timed: the four intents of a step are one durable write.
-    assert float(four[4]) == float(one[4]), proc.stdout
+    assert float(four[4]) == float(one[4]), out
     assert float(rows["4 calls per step, one durable write per intent (for scale)"][4]) > float(one[4])
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_durability_benchmark_runs_both_stores_side_by_side(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "durability.py"), "--quick", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| in memory (the loop's own CPU) |" in proc.stdout and "JSONL / in memory:" in proc.stdout, proc.stdout
-    assert "JSONL with disk threads / in memory:" in proc.stdout, proc.stdout
+    out = _bench("durability.py", tmp_path)
+    assert "| in memory (the loop's own CPU) |" in out and "JSONL / in memory:" in out, out
+    assert "JSONL with disk threads / in memory:" in out, out
     assert list(tmp_path.iterdir()) == []
