@@ -18,8 +18,10 @@ docs/performance.md).
 
 `synchronous_commit` is set for the statement's own transaction: `on` for
 a durable record (committed and flushed before the statement returns),
-`off` for the others (committed before it returns, flushed with the run's
-next durable write, like the JSONL store's unsynced appends).
+`off` for the others (flushed with the run's next durable write, like the
+JSONL store's unsynced appends). A held run's unsynced records usually
+travel in the statement of its next durable one (`APPEND_MANY`): a step
+is then two statements, not four (`PostgresStore._append_many`).
 """
 
 from __future__ import annotations
@@ -46,18 +48,27 @@ SELECT $1::text, $2::bigint, fence.epoch, $4::text, $5::text::json FROM fence
 WHERE set_config('synchronous_commit', $6::text, true) IS NOT NULL
 """
 
-# Several intents, seq `$2`, `$2`+1, ... in the order given; durable. `$4` the bodies (text[]).
-APPEND_INTENTS = """
+# Several records, seq `$2`, `$2`+1, ... in the order given: `$4` their kinds joined by commas,
+# `$5` their bodies as one JSON array, `$6` on/off. (Not text[]: quoting every `"` of a body for
+# an array literal cost the client more CPU than the rest of the statement.) A held run's
+# unsynced records travel with its next durable one this way.
+APPEND_MANY = """
 WITH fence AS (
-    UPDATE polyloop_runs SET next_seq = next_seq + cardinality($4::text[])
+    UPDATE polyloop_runs SET
+        next_seq = next_seq + json_array_length($5::text::json),
+        status = CASE
+            WHEN 'run_finished' = ANY(string_to_array($4::text, ',')) THEN 'finished'
+            WHEN 'resolution' = ANY(string_to_array($4::text, ',')) AND status = 'parked' THEN 'queued'
+            ELSE status END
     WHERE run_id = $1::text AND next_seq = $2::bigint AND CASE
         WHEN $3::bigint IS NULL THEN holder IS NULL OR lease_until <= clock_timestamp()
         ELSE epoch = $3::bigint AND holder IS NOT NULL AND lease_until > clock_timestamp() END
     RETURNING epoch)
 INSERT INTO polyloop_records (run_id, seq, epoch, kind, body)
-SELECT $1::text, $2::bigint + b.n - 1, fence.epoch, 'intent', b.body::json
-FROM fence, unnest($4::text[]) WITH ORDINALITY AS b(body, n)
-WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL
+SELECT $1::text, $2::bigint + b.n - 1, fence.epoch, b.kind, b.body
+FROM fence, ROWS FROM (json_array_elements($5::text::json), unnest(string_to_array($4::text, ',')))
+    WITH ORDINALITY AS b(body, kind, n)
+WHERE set_config('synchronous_commit', $6::text, true) IS NOT NULL
 """
 
 # A run's first record: the function also creates the run's row when nobody claimed it first.
@@ -71,24 +82,24 @@ FROM polyloop_runs WHERE run_id = $1::text
 
 async def append(
     cur: psycopg.AsyncRawCursor[Any], run_id: str, seq: int, epoch: int | None,
-    kind: str, bodies: list[str], *, durable: bool,
+    kinds: list[str], bodies: list[str], *, durable: bool,
 ) -> str:
-    """Append `bodies` (records of kind `kind`) at `seq`, `seq`+1, ...; `ok` or why the fence refused.
+    """Append `bodies` (records of `kinds`) at `seq`, `seq`+1, ...; `ok` or why the fence refused.
 
     The refusal is one of `missing`, `held:HOLDER`, `fenced:EPOCH`, `expired`,
-    `seq:NEXT` (see `diagnose`). Several bodies must be intents (durable).
+    `seq:NEXT` (see `diagnose`).
     """
+    sync = "on" if durable else "off"
     if seq == 0:
         assert len(bodies) == 1
-        await cur.execute(APPEND_FIRST, (run_id, epoch, kind, bodies[0]), prepare=True)
+        await cur.execute(APPEND_FIRST, (run_id, epoch, kinds[0], bodies[0]), prepare=True)
         row = await cur.fetchone()
         return row[0] if row else "missing"
     if len(bodies) == 1:
-        params: tuple[Any, ...] = (run_id, seq, epoch, kind, bodies[0], "on" if durable else "off")
-        await cur.execute(APPEND_ONE, params, prepare=True)
+        await cur.execute(APPEND_ONE, (run_id, seq, epoch, kinds[0], bodies[0], sync), prepare=True)
     else:
-        assert kind == "intent" and durable
-        await cur.execute(APPEND_INTENTS, (run_id, seq, epoch, bodies), prepare=True)
+        many = (run_id, seq, epoch, ",".join(kinds), f"[{','.join(bodies)}]", sync)
+        await cur.execute(APPEND_MANY, many, prepare=True)
     if cur.rowcount == len(bodies):
         return "ok"
     return await diagnose(cur, run_id, epoch)

@@ -92,6 +92,12 @@ class Lease:
         self._task: asyncio.Task[Any] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._cancelled = False
+        # Unsynced records (kind, body) waiting for the run's next durable
+        # write, the statement sending them on their own, and how it failed.
+        self.pending: list[tuple[str, str]] = []
+        self.sending: asyncio.Task[None] | None = None
+        self.send_scheduled = False
+        self.failure: Exception | None = None
 
     @property
     def store(self) -> _LeasedStore:
@@ -106,12 +112,14 @@ class Lease:
         """Let the run go before its next model or tool call (a worker that is stopping)."""
         self.draining = True
 
-    def before_write(self, record: Record) -> None:
+    def before_write(self, record: Record | None = None) -> None:
         """Refuse a write, before it is sent, once the lease is lost or past its local deadline."""
         if self.lost is None and time.monotonic() >= self.deadline:
             self._lose("it could not be renewed before its local deadline")
         if self.lost is not None:
             raise LeaseLostError(self.run_id, self.lost)
+        if self.failure is not None:  # unsynced records sent on their own did not land
+            raise self.failure
         if self.next_seq is None:
             raise StoreError(
                 f"an earlier write of run {self.run_id!r} has an unknown outcome: this process "
@@ -133,6 +141,13 @@ class Lease:
         return self
 
     async def __aexit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        try:
+            if self.lost is None:  # unsynced records still here go while the lease is renewed
+                await self._store._flushed(self)
+        finally:
+            await self._end(kind)
+
+    async def _end(self, kind: Any) -> None:
         renewer = self._renewer
         if renewer is not None and not renewer.done():
             renewer.cancel()

@@ -72,15 +72,28 @@ WHERE run_id = %s AND holder IS NOT NULL AND lease_until > clock_timestamp()
 """
 
 
+def _body(record: Record) -> str:
+    return encode(record)[:-1].decode()  # the JSONL line without its newline
+
+
 class PostgresStore:
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
     guarantees: a run's records read back in write order; a durable write
     (`run_started`, intents, `run_finished`, `resolution`) is committed
-    synchronously before it returns; results and step records are committed
-    asynchronously and become durable with the run's next durable write; a
-    record is one row, so a torn or partial record cannot exist. What the
+    synchronously before it returns; results and step records become durable
+    with the run's next durable write; a record is one row, so a torn or
+    partial record cannot exist.
+
+    While this store holds a run (a lease), its results and step records
+    are not sent on their own: they travel in the statement of the run's
+    next durable write, or, if the run waits on something else first (a
+    tool, a guard, a backoff), go on their own (asynchronous commit) as
+    soon as it yields; always before the lease is released or the holder
+    reads the log. A worker that dies can lose what it had not sent: the
+    records since the run's last durable write, the same ones a crash of the
+    server can lose, and recovery treats them alike. What the
     server's own settings can weaken (`fsync = off`, ...) is listed in
     docs/reference/stores.md.
 
@@ -184,11 +197,11 @@ class PostgresStore:
         await self._append(run_id, record, durable=True)
 
     async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        """Append a model call result (asynchronous commit; durable with the next intent)."""
+        """Append a model call result (durable with the next intent; held: sent with it)."""
         await self._append(run_id, record, durable=False)
 
     async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        """Append a step record (asynchronous commit; durable with the next intent)."""
+        """Append a step record (durable with the next intent; held: sent with it)."""
         await self._append(run_id, record, durable=False)
 
     async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
@@ -204,8 +217,9 @@ class PostgresStore:
         await self._append(run_id, record, durable=True)
 
     async def write_action_result(self, run_id: str, record: ActionResult) -> None:
-        """Append what a verified action or a rollback returned (asynchronous commit, as a result)."""
+        """Append what a verified action or a rollback returned (not durable, as a result)."""
         await self._append(run_id, record, durable=False)
+
     async def write_approval_request(self, run_id: str, record: Any) -> None:
         """Append a request for a person's decision (log format 1.2); committed synchronously."""
         await self._append(run_id, record, durable=True)
@@ -223,6 +237,7 @@ class PostgresStore:
                 "WHERE run_id = %s AND status = 'parked' AND target IS NOT NULL",
                 (run_id,),
             )
+
     async def write_checkpoint_accepted(self, run_id: str, record: Record) -> None:
         """Append accepted checkpoint changes (log format 1.2); committed synchronously."""
         await self._append(run_id, record, durable=True)
@@ -236,7 +251,7 @@ class PostgresStore:
         await self._append(run_id, record, durable=True)
 
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
-        await self._append_many(run_id, [record], record.TAG, durable=durable)
+        await self._append_many(run_id, [record], durable=durable)
 
     async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
         """Append several intents (the calls of one step) in one statement; committed synchronously.
@@ -245,33 +260,89 @@ class PostgresStore:
         are checked once for all of them, in the statement that inserts them.
         """
         if records:
-            await self._append_many(run_id, list(records), "intent", durable=True)
+            await self._append_many(run_id, list(records), durable=True)
 
-    async def _append_many(self, run_id: str, records: list[Record], kind: str, *, durable: bool) -> None:
+    async def _append_many(self, run_id: str, records: list[Record], *, durable: bool) -> None:
         check_run_id(run_id)
-        bodies = [encode(record)[:-1].decode() for record in records]
+        kinds = [record.TAG for record in records]
+        bodies = [_body(record) for record in records]
         lease = self._leases.get(run_id)
+        if lease is None:
+            await self._send(run_id, None, kinds, bodies, durable=durable)
+            return
+        for record in records:
+            lease.before_write(record)
+        if not durable:
+            # Held: an unsynced record travels with the run's next durable
+            # one, in its statement; if the run waits on something else first,
+            # it goes on its own as soon as the run yields (`_send_soon`).
+            lease.pending += zip(kinds, bodies)
+            self._send_soon(lease)
+            return
+        if lease.sending is not None:  # unsynced records on their way land first
+            await asyncio.wait([lease.sending])
+            lease.before_write(records[0])  # and if they failed, so does this write
+        if lease.pending:
+            pending, lease.pending = lease.pending, []
+            kinds = [kind for kind, _ in pending] + kinds
+            bodies = [body for _, body in pending] + bodies
+        await self._send(run_id, lease, kinds, bodies, durable=True)
+
+    def _send_soon(self, lease: Lease) -> None:
+        if not lease.send_scheduled:
+            lease.send_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_pending, lease)
+
+    def _send_pending(self, lease: Lease) -> None:
+        # Runs once the writing task has yielded: if its unsynced records are
+        # still here, it is waiting on something other than a durable write.
+        lease.send_scheduled = False
+        if lease.pending and lease.sending is None and lease.failure is None and lease.lost is None:
+            lease.sending = asyncio.create_task(self._flush(lease), name=f"polyloop-send-{lease.run_id}")
+
+    async def _flush(self, lease: Lease) -> None:
+        """Send a held run's unsynced records on their own (asynchronous commit)."""
+        try:
+            while lease.pending:
+                lease.before_write()  # not after the local deadline, nor after a failure
+                pending, lease.pending = lease.pending, []
+                kinds, bodies = [kind for kind, _ in pending], [body for _, body in pending]
+                await self._send(lease.run_id, lease, kinds, bodies, durable=False)
+        except Exception as exc:  # the run's next write raises it (Lease.before_write)
+            lease.failure = exc
+        finally:
+            lease.sending = None
+
+    async def _flushed(self, lease: Lease) -> None:
+        """Wait until a held run's unsynced records are in the database (or failed to get there)."""
+        if lease.sending is None and lease.pending and lease.failure is None and lease.lost is None:
+            lease.sending = asyncio.create_task(self._flush(lease), name=f"polyloop-send-{lease.run_id}")
+        if lease.sending is not None:
+            await asyncio.wait([lease.sending])
+
+    async def _send(
+        self, run_id: str, lease: Lease | None, kinds: list[str], bodies: list[str], *, durable: bool
+    ) -> None:
+        """One statement: the fence, then the records at the next sequence numbers."""
         epoch: int | None = None
         if lease is not None:
-            for record in records:
-                lease.before_write(record)
             seq, epoch = lease.next_seq, lease.epoch
-        elif isinstance(records[0], RunStarted):
+        elif kinds[0] == RunStarted.TAG:
             seq = 0
         else:
             seq = self._next.get(run_id)
             if seq is None:
                 seq = await self._count(run_id)
         assert seq is not None
-        if isinstance(records[0], RunStarted) and seq != 0:
+        if kinds[0] == RunStarted.TAG and seq != 0:
             raise RunExistsError(run_id)
-        if seq == 0 and not isinstance(records[0], RunStarted):
+        if seq == 0 and kinds[0] != RunStarted.TAG:
             raise RunNotFoundError(run_id, self.where)  # a lease on a run with no log yet
         # The hot path of every step: no context-manager layers, one borrowed connection.
         conn = await self._acquire()
         ok = False
         try:
-            outcome = await append(self._conns.cursor(conn), run_id, seq, epoch, kind, bodies, durable=durable)
+            outcome = await append(self._conns.cursor(conn), run_id, seq, epoch, kinds, bodies, durable=durable)
             ok = True
         except BaseException as exc:
             # Landed or not, nobody knows: the next write must not guess a number.
@@ -287,10 +358,10 @@ class PostgresStore:
             self._next.pop(run_id, None)
             raise self._refused(run_id, outcome, seq)
         if lease is not None:
-            lease.next_seq = seq + len(records)
+            lease.next_seq = seq + len(bodies)
             lease.after_write()
         else:
-            self._next[run_id] = seq + len(records)
+            self._next[run_id] = seq + len(bodies)
 
     def _refused(self, run_id: str, outcome: str, seq: int) -> Exception:
         what, _, detail = outcome.partition(":")
@@ -321,6 +392,9 @@ class PostgresStore:
 
     async def _raw(self, run_id: str) -> tuple[bytes, int]:
         check_run_id(run_id)
+        lease = self._leases.get(run_id)
+        if lease is not None:  # the holder reads its own unsynced records back
+            await self._flushed(lease)
         async with self._conn(run_id) as conn:
             cur = await conn.execute(
                 "SELECT string_agg(body::text, E'\\n' ORDER BY seq), count(*) "
