@@ -191,23 +191,26 @@ def transactions(pg_conn, run_id: str) -> list[list[int]]:
     return groups
 
 
-async def started(store, run_id: str):
+@contextlib.asynccontextmanager
+async def held(store, run_id: str, *, lost: bool = False):
+    """A run held by `store` with its first two records; `lost`: the lease ends inside the block."""
     lease = await store.claim(run_id)
     await lease.__aenter__()
-    await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
-    await store.write_intent(run_id, MI)
-    return lease
+    try:
+        await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
+        await store.write_intent(run_id, MI)
+        yield lease
+    finally:
+        with contextlib.suppress(*((StoreError,) if lost else ())):
+            await lease.__aexit__(None, None, None)  # no yield between the block's last write and this
 
 
 async def test_unsynced_records_of_a_held_run_go_in_the_next_durable_statement(store, pg_conn):
     run_id = fresh("ride")
-    lease = await started(store, run_id)
-    try:
+    async with held(store, run_id):
         await store.write_model_call_result(run_id, MR)
         await store.write_step_completed(run_id, STEP)
         await store.write_intent(run_id, MI2)
-    finally:
-        await lease.__aexit__(None, None, None)
     assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started", "intent", "model_call_result", "step_completed", "intent"]
     assert transactions(pg_conn, run_id) == [[0], [1], [2, 3, 4]]
     assert pg_conn.execute("SELECT next_seq FROM polyloop_runs WHERE run_id = %s", (run_id,)).fetchone() == (5,)
@@ -215,8 +218,7 @@ async def test_unsynced_records_of_a_held_run_go_in_the_next_durable_statement(s
 
 async def test_unsynced_records_go_on_their_own_once_the_run_waits_on_something_else(store, pg_conn):
     run_id = fresh("alone")
-    lease = await started(store, run_id)
-    try:
+    async with held(store, run_id):
         await store.write_model_call_result(run_id, MR)
         for _ in range(100):  # the run waits (a tool, a guard, a backoff): the result lands meanwhile
             await asyncio.sleep(0.01)
@@ -224,20 +226,15 @@ async def test_unsynced_records_go_on_their_own_once_the_run_waits_on_something_
                 break
         assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started", "intent", "model_call_result"]
         await store.write_intent(run_id, MI2)
-    finally:
-        await lease.__aexit__(None, None, None)
     assert transactions(pg_conn, run_id) == [[0], [1], [2], [3]]
 
 
 async def test_the_holder_reads_its_unsynced_records_and_the_lease_ends_after_they_landed(store, other, pg_conn):
     run_id = fresh("read")
-    lease = await started(store, run_id)
-    try:
+    async with held(store, run_id):
         await store.write_model_call_result(run_id, MR)
         assert [r.TAG for r in await store.read_log(run_id)] == ["run_started", "intent", "model_call_result"]
         await store.write_step_completed(run_id, STEP)
-    finally:
-        await lease.__aexit__(None, None, None)  # no yield between the write and the release
     assert [r[2] for r in rows(pg_conn, run_id)][-1] == "step_completed"
     assert [r.TAG for r in await other.read_log(run_id)][-2:] == ["model_call_result", "step_completed"]
     assert await other.holder(run_id) is None
@@ -245,8 +242,7 @@ async def test_the_holder_reads_its_unsynced_records_and_the_lease_ends_after_th
 
 async def test_a_fenced_holder_loses_its_unsynced_records_and_writes_nothing_after(store, other, pg_conn):
     run_id = fresh("fenced-pending")
-    lease = await started(store, run_id)
-    try:
+    async with held(store, run_id, lost=True):
         await store.write_model_call_result(run_id, MR)
         # The lease ends before the result was sent (on its own while the
         # other worker claims, or with the intent): it never lands, and the
@@ -258,16 +254,12 @@ async def test_a_fenced_holder_loses_its_unsynced_records_and_writes_nothing_aft
                 await store.write_intent(run_id, MI2)
             with pytest.raises(StoreError):
                 await store.write_step_completed(run_id, STEP)
-    finally:
-        with contextlib.suppress(StoreError):
-            await lease.__aexit__(None, None, None)
     assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started", "intent"]
 
 
 async def test_a_failed_send_on_its_own_fails_the_runs_next_write(store, other, pg_conn):
     run_id = fresh("failed-alone")
-    lease = await started(store, run_id)
-    try:
+    async with held(store, run_id, lost=True):
         pg_conn.execute("UPDATE polyloop_runs SET lease_until = clock_timestamp() WHERE run_id = %s", (run_id,))
         taken = await other.claim(run_id)
         async with taken:
@@ -275,9 +267,6 @@ async def test_a_failed_send_on_its_own_fails_the_runs_next_write(store, other, 
             await asyncio.sleep(0.2)  # sent on its own meanwhile, and refused
             with pytest.raises(LeaseLostError, match=f"epoch {taken.epoch}"):
                 await store.write_intent(run_id, MI2)
-    finally:
-        with contextlib.suppress(StoreError):
-            await lease.__aexit__(None, None, None)
     assert [r[2] for r in rows(pg_conn, run_id)] == ["run_started", "intent"]
 
 
@@ -286,13 +275,10 @@ async def test_records_sent_together_read_back_exactly(store, other, pg_conn):
     tricky = 'quotes " and \\ backslashes, commas, braces {"x": [1]} and é ✓\nnew line\t'
     answer = ModelCallResult(result_id="s1-m1", output={"text": tricky, "tool_call": {"name": "t", "args": {"q": tricky}}})
     step = StepCompleted(step=1, result_id="s1-m1", observation=tricky)
-    lease = await started(store, run_id)
-    try:
+    async with held(store, run_id):
         await store.write_model_call_result(run_id, answer)
         await store.write_step_completed(run_id, step)
         await store.write_intents(run_id, calls(2, step=2))
-    finally:
-        await lease.__aexit__(None, None, None)
     assert transactions(pg_conn, run_id) == [[0], [1], [2, 3, 4, 5]]
     records = await other.read_log(run_id)
     assert records[2:4] == [answer, step]
