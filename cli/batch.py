@@ -212,7 +212,7 @@ def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], 
             BarColumn(bar_width=16),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
-            console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
+            console=render.console(sys.stderr),
             transient=True,
             auto_refresh=False,
         )

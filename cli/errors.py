@@ -146,6 +146,10 @@ def failures(scope: Scope) -> Iterator[Scope]:
         yield scope
     except (typer.Exit, ClickException, GeneratorExit):
         raise
+    except (render.OutputClosed, BrokenPipeError):
+        # The reader went away (`polyloop ls | head`): nothing to say, and no one to say it to.
+        render.silence_stdout()
+        raise typer.Exit(FAILURE) from None
     except SystemExit as exc:
         # Only our own code picks the exit code: user code (an agent, a tool,
         # a model) calling sys.exit() is a failure like any other.

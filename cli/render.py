@@ -95,13 +95,36 @@ def _t(value: object, style: str = "") -> Text:
     return Text(safe_text(value), style=style)
 
 
+class OutputClosed(Exception):
+    """Whoever read our output stopped reading (`polyloop ls | head -3`): end quietly."""
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich raises SystemExit(1) here, which would read as a sys.exit() of the agent's code.
+        silence_stdout()
+        raise OutputClosed
+
+
+def console(stream: TextIO, **options: Any) -> Console:
+    """A rich console for our output: no markup, no emoji, a closed pipe ends us quietly."""
+    return _Console(file=stream, markup=False, emoji=False, highlight=False, **options)
+
+
 def _console(stream: TextIO) -> Console:
     width = None
     if not stream.isatty() and "COLUMNS" not in os.environ:
         width = 100
-    return Console(
-        file=stream, markup=False, emoji=False, highlight=False, width=width, soft_wrap=False
-    )
+    return console(stream, width=width, soft_wrap=False)
 
 
 def out() -> Console:
@@ -793,7 +816,7 @@ def _worker_bar(label: str) -> Progress:
         TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
-        console=Console(file=sys.stderr, markup=False, emoji=False, highlight=False),
+        console=console(sys.stderr),
         transient=True,
         auto_refresh=False,
     )

@@ -87,3 +87,34 @@ def test_version(cli):
 
     done = cli("--version", dir=False)
     assert done.code == 0 and done.stdout.strip() == f"polyloop {polyloop.__version__}"
+
+
+@pytest.mark.parametrize("json_mode", [False, True], ids=["text", "json"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(cli, json_mode):
+    """`polyloop inspect RUN | head -1`: no error about the agent's code, no traceback."""
+    import asyncio
+
+    from polyloop import Agent, JsonlStore, ScriptedModel, tool
+
+    @tool(replay="safe")
+    async def look(query: str) -> str:
+        """A tool with a long answer, so the report outgrows a pipe's buffer."""
+        return "x" * 400
+
+    steps = 400
+    agent = Agent(model=ScriptedModel([{"tool": "look", "args": {"query": str(i)}} for i in range(steps)] + [{"final": "done"}]),
+                  tools=[look], max_steps=steps + 1)
+    asyncio.run(agent.run("a long run", run_id="long", store=JsonlStore(cli.runs)))
+    from cli_helpers import console_script
+
+    argv = [*console_script(), "inspect", "long", "--dir", str(cli.runs), *(["--json"] if json_mode else [])]
+    proc = subprocess.Popen(argv, cwd=cli.cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away with most of the report unread
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    code = proc.wait(timeout=60)
+    assert first.strip()
+    assert err == "", err
+    assert code in (0, 1)
