@@ -20,10 +20,12 @@ def command(
         str | None,
         typer.Argument(
             metavar="[DIR]",
-            help="The directory to check (searched recursively); leave it out with --store.",
+            help="The directory to check (searched recursively). Leave it out to give --dir or "
+            "--store, or to check $POLYLOOP_STORE, else $POLYLOOP_DIR, else ./runs.",
             show_default=False,
         ),
     ] = None,
+    dir_option: options.Directory = None,
     store_url: options.StoreUrl = None,
     json: options.Json = False,
     strict: Annotated[
@@ -49,20 +51,23 @@ def command(
     With --store postgresql://... it checks every run in the database
     instead, with the same rules and report.
 
+    Without DIR, --dir or --store it checks $POLYLOOP_STORE, else
+    $POLYLOOP_DIR, else ./runs, as every command does.
+
     Exit: 0 no corruption, 1 corruption or a bad product found (or a torn
-    tail with --strict), 2 DIR is not a directory (or neither DIR nor --store given).
+    tail with --strict), 2 DIR is not a directory.
 
     \b
     Example:
       polyloop verify runs/ --json > verify.json
       polyloop verify --store postgresql://postgres@127.0.0.1/test
     """
-    with failures(Scope(json=json, directory=directory)):
-        if directory is not None and store_url is not None:
-            raise BadInput("give DIR or --store, not both")
-        where = directory if directory is not None else store_url
-        if where is None:
-            raise BadInput("say what to check: verify DIR, or verify --store URL")
+    with failures(Scope(json=json, directory=directory)) as scope:
+        given = [w for w in (directory, dir_option, store_url) if w is not None]
+        if len(given) > 1:
+            raise BadInput("give one of DIR, --dir and --store")
+        where = given[0] if given else options.where(None, None)
+        scope.directory = where
         show = not json and sys.stderr.isatty()
         with render.verify_progress(show) as progress:
             if options.is_url(where):

@@ -82,3 +82,20 @@ def test_a_missing_directory_is_bad_input(cli, tmp_path):
     done = cli("verify", str(tmp_path / "nowhere"), "--json")
     assert done.code == 2
     assert done.json()["error"]["exit_code"] == 2
+
+
+def test_without_a_directory_it_checks_where_every_command_looks(cli, tmp_path):
+    """No DIR: --dir, else $POLYLOOP_STORE, else $POLYLOOP_DIR, else ./runs (as `ls` or `inspect`)."""
+    runs = _logs(cli, tmp_path)
+    assert runs.name == "runs" and runs.parent == cli.cwd
+    done = cli("verify", dir=False)  # ./runs
+    assert done.code == 0 and "2 logs checked" in done.stdout, done
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(runs, elsewhere)
+    (elsewhere / "torn.jsonl").unlink()
+    for args, env in [(["--dir", str(elsewhere)], {}), ([], {"POLYLOOP_DIR": str(elsewhere)}),
+                      ([], {"POLYLOOP_STORE": str(elsewhere)})]:
+        done = cli("verify", *args, env=env, dir=False)
+        assert done.code == 0 and "1 log checked" in done.stdout, (args, env, done)
+    done = cli("verify", str(runs), "--dir", str(elsewhere), dir=False)
+    assert done.code == 2 and "one of DIR, --dir and --store" in one_line_error(done)
