@@ -28,8 +28,19 @@ StoreUrl = Annotated[
 ]
 
 
-def postgres_store(url: str | None, *, lease: float | None = None, connections: int = 8) -> PostgresStore:
+# Every command takes --dir; the queue's commands take it to say why a directory will not do.
+QueueDir = Annotated[str | None, typer.Option("--dir", metavar="DIR", hidden=True)]
+
+
+def postgres_store(
+    url: str | None, *, directory: str | None = None, lease: float | None = None, connections: int = 8
+) -> PostgresStore:
     """The PostgresStore `--store` (or $POLYLOOP_STORE) names; BadInput for anything else."""
+    if directory is not None:
+        raise BadInput(
+            f"the queue lives in PostgreSQL, and --dir {directory} names a directory: give --store "
+            "postgresql://... (on one machine, `polyloop batch` runs many runs from a directory)"
+        )
     url = url or os.environ.get("POLYLOOP_STORE") or ""
     if not url:
         raise BadInput("give the PostgreSQL store: --store postgresql://... (or set POLYLOOP_STORE)")
@@ -64,6 +75,7 @@ def command(
         ),
     ] = None,
     store_url: StoreUrl = None,
+    directory: QueueDir = None,
 ) -> None:
     """Queue a new run of the agent at TARGET on a PostgreSQL store; prints its run id.
 
@@ -81,7 +93,7 @@ def command(
     with failures(Scope()) as scope:
         options.utf8(target, "TARGET")
         options.utf8(goal, "--goal")
-        store = postgres_store(store_url)
+        store = postgres_store(store_url, directory=directory)
         scope.run_id = run_id
 
         async def queue() -> str:

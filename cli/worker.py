@@ -14,7 +14,7 @@ from polyloop.stores import Worker, WorkerEvent
 
 from . import options, render
 from .errors import Scope, failures
-from .submit import StoreUrl, postgres_store
+from .submit import QueueDir, StoreUrl, postgres_store
 
 _STYLE = {
     "claim": "bold cyan",
@@ -48,6 +48,7 @@ def _printer(as_json: bool):
 
 def command(
     store_url: StoreUrl = None,
+    directory: QueueDir = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", metavar="N", min=1, help="How many runs to run at once.")
     ] = 1,
@@ -83,7 +84,7 @@ def command(
     """
     with failures(Scope(json=as_json)):
         # A connection per run at most, plus renewals and the queue's look.
-        store = postgres_store(store_url, lease=lease, connections=max(8, concurrency + 2))
+        store = postgres_store(store_url, directory=directory, lease=lease, connections=max(8, concurrency + 2))
         worker = Worker(store, concurrency=concurrency, poll=poll, on_event=_printer(as_json), until_idle=until_idle)
         asyncio.run(_work(worker))
 

@@ -119,3 +119,11 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(cli, json_mode):
     assert first.strip()
     assert err == "", err
     assert code in (0, 1)
+
+
+@pytest.mark.parametrize("args", [["worker"], ["submit", "a.py:agent", "--goal", "g"]], ids=["worker", "submit"])
+def test_the_queue_commands_say_why_a_directory_will_not_do(cli, args):
+    done = cli(*args, "--dir", "runs", dir=False)
+    assert done.code == 2, done
+    line = one_line_error(done)
+    assert "--dir runs names a directory" in line and "--store postgresql://" in line
