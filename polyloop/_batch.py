@@ -109,8 +109,9 @@ def run_batch(
         A `BatchReport`, one `BatchRun` per line, by line.
 
     Raises:
-        BatchError: the goals cannot be read, the name is unsafe, the
-            manifest is unreadable, or the batch is already running.
+        BatchError: the goals cannot be read or hold no goal (and no
+            earlier one was recorded), the name is unsafe, the manifest is
+            unreadable, or the batch is already running.
         StoreError: the database cannot be reached or failed (or psycopg is
             not installed).
         TargetError: the target cannot be loaded.
@@ -145,6 +146,9 @@ def run_batch(
     with keeper:
         recorded = keeper.load()
         lines, removed, runs = reconcile(lines, recorded)
+        if not lines and not removed:  # nothing now, nothing before: a wrong or empty file
+            where = f"the goals file {os.fspath(goals)}" if is_file else "the goals given"  # type: ignore[arg-type]
+            raise BatchError(f"{where} has no goals: every line is blank")
         if runs != recorded or not keeper.saved:
             keeper.save(target=target, runs=runs)
         supervisor = _Supervisor(

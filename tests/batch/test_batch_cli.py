@@ -70,19 +70,22 @@ def test_bad_lines_are_reported_per_line_and_the_rest_runs(world):
     ("args", "message"),
     [
         (["nope.txt"], "no goals file nope.txt"),
+        (["blank.txt"], "the goals file blank.txt has no goals"),
         (["goals.txt", "--name", "../x"], "invalid batch name"),
         (["goals.txt", "--concurrency", "0"], "--concurrency"),
         (["goals.txt", "--processes", "0"], "--processes"),
     ],
-    ids=["missing-file", "bad-name", "zero-concurrency", "zero-processes"],
+    ids=["missing-file", "blank-file", "bad-name", "zero-concurrency", "zero-processes"],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(world, args, message):
     world.goals(["a"])
+    (world.root / "blank.txt").write_text("\n   \n")
     argv = [*polyloop(), "batch", target("quick"), *args, "--dir", str(world.runs)]
     done = subprocess.run(argv, cwd=world.root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     assert not world.runs.exists() or not any(world.runs.glob("*.jsonl"))
+    assert not world.runs.exists() or not any(world.runs.glob(".batch-*.json"))
 
 
 def test_a_bad_target_exits_2_before_anything_is_written(world):
@@ -273,3 +276,14 @@ def test_a_line_with_inputs_records_them_and_a_changed_input_is_reported_changed
     (run,) = again["runs"]
     assert run["status"] == "changed" and "input 'doc'" in run["reason"], run
     assert (world.runs / "evals-00001.jsonl").stat().st_size == size  # refused before anything ran
+
+
+def test_a_goals_file_emptied_after_a_run_reports_its_lines_gone(world):
+    goals = world.goals(["a", "b"])
+    assert world.batch("quick", goals).code == 0
+    goals.write_text("\n")
+    done = world.batch("quick", goals, "--json")
+    assert done.code == 1, done
+    doc = done.json()
+    assert [r["status"] for r in doc["runs"]] == ["changed", "changed"]
+    assert all("is gone" in r["reason"] for r in doc["runs"])
