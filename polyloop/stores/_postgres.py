@@ -279,7 +279,7 @@ class PostgresStore:
             lease.pending += zip(kinds, bodies)
             self._send_soon(lease)
             return
-        if lease.sending is not None:  # unsynced records on their way land first
+        while lease.sending is not None:  # unsynced records on their way land first
             await asyncio.wait([lease.sending])
             lease.before_write(records[0])  # and if they failed, so does this write
         if lease.pending:
