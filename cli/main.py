@@ -34,7 +34,9 @@ The workflow, with the demo agent of the repository's examples/:
   polyloop verify runs/              # in CI: is any log corrupt?
 
 \b
-Runs live in --dir DIR; the default is $POLYLOOP_DIR, else ./runs.
+Runs live in --dir DIR, or with --store URL in a PostgreSQL database
+(postgresql://...); the default is $POLYLOOP_STORE, else $POLYLOOP_DIR,
+else ./runs.
 Exit codes: 0 success, 1 failure (run error, corrupt log), 2 bad usage or
 bad input, 3 needs an operator (or a crash loop), 4 the checkpoint is no
 longer valid (an input, the logic version or the agent changed), 130
