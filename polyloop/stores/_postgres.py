@@ -297,6 +297,9 @@ class PostgresStore:
         # Runs once the writing task has yielded: if its unsynced records are
         # still here, it is waiting on something other than a durable write.
         lease.send_scheduled = False
+        self._start_flush(lease)
+
+    def _start_flush(self, lease: Lease) -> None:
         if lease.pending and lease.sending is None and lease.failure is None and lease.lost is None:
             lease.sending = asyncio.create_task(self._flush(lease), name=f"polyloop-send-{lease.run_id}")
 
@@ -315,8 +318,7 @@ class PostgresStore:
 
     async def _flushed(self, lease: Lease) -> None:
         """Wait until a held run's unsynced records are in the database (or failed to get there)."""
-        if lease.sending is None and lease.pending and lease.failure is None and lease.lost is None:
-            lease.sending = asyncio.create_task(self._flush(lease), name=f"polyloop-send-{lease.run_id}")
+        self._start_flush(lease)
         if lease.sending is not None:
             await asyncio.wait([lease.sending])
 
