@@ -72,6 +72,28 @@ def pg_conn(pg_url):
         yield conn
 
 
+# A short lease, so tests of expiry and takeover wait little; renewed every 2/3 s meanwhile.
+LEASE = 2
+
+
+@pytest.fixture
+async def store(pg_url):
+    """A `PostgresStore` on the test schema."""
+    from polyloop.stores import PostgresStore
+
+    async with PostgresStore(pg_url, lease=LEASE) as s:
+        yield s
+
+
+@pytest.fixture
+async def other(pg_url):
+    """A second store, as another worker's: its leases carry another holder name."""
+    from polyloop.stores import PostgresStore
+
+    async with PostgresStore(pg_url, lease=LEASE, name="the other store") as s:
+        yield s
+
+
 @pytest.fixture
 def own_db(pg_url):
     """A URL of the test server whose sessions see a fresh schema of their own (only this test's runs)."""

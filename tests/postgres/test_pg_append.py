@@ -18,7 +18,7 @@ from polyloop import (
     StepCompleted,
     StoreError,
 )
-from polyloop.stores import LeaseLostError, PostgresStore
+from polyloop.stores import LeaseLostError
 
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
 
@@ -40,18 +40,6 @@ def rows(pg_conn, run_id: str) -> list[tuple]:
         "SELECT seq, epoch, kind, body->>'result_id' FROM polyloop_records WHERE run_id = %s ORDER BY seq",
         (run_id,),
     ).fetchall()
-
-
-@pytest.fixture
-async def store(pg_url):
-    async with PostgresStore(pg_url, lease=5) as s:
-        yield s
-
-
-@pytest.fixture
-async def other(pg_url):
-    async with PostgresStore(pg_url, lease=5, name="the other store") as s:
-        yield s
 
 
 async def test_a_batch_is_one_transaction_with_a_number_each_and_the_holders_epoch(store, pg_conn):

@@ -20,12 +20,6 @@ def fresh(label: str) -> str:
     return f"pgq-{label}-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-async def store(pg_url):
-    async with PostgresStore(pg_url, lease=2) as s:
-        yield s
-
-
 @pytest.fixture(autouse=True)
 def effects_file(tmp_path, monkeypatch):
     monkeypatch.setenv("PL_TEST_EFFECTS", str(tmp_path / "effects"))

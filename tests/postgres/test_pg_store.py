@@ -37,18 +37,6 @@ def fresh(label: str) -> str:
     return f"pgtest-{label}-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-async def store(pg_url):
-    async with PostgresStore(pg_url, lease=2) as s:
-        yield s
-
-
-@pytest.fixture
-async def other(pg_url):
-    async with PostgresStore(pg_url, lease=2, name="the other store") as s:
-        yield s
-
-
 async def test_a_record_is_stored_as_the_jsonl_line_with_indexed_columns(store, pg_conn):
     run_id = fresh("body")
     started = RunStarted(run_id=run_id, goal="g ✓ \x1b[31m")
