@@ -30,19 +30,24 @@ from typing import Any
 
 import psycopg
 
+# The fence, the same in both statements: the run's row moves on only at the expected sequence
+# number `$2`, and, for a writer with a lease (epoch `$3`), only while that lease is live; a writer
+# without one only while nobody holds a live lease.
+_FENCE = """
+    WHERE run_id = $1::text AND next_seq = $2::bigint AND CASE
+        WHEN $3::bigint IS NULL THEN holder IS NULL OR lease_until <= clock_timestamp()
+        ELSE epoch = $3::bigint AND holder IS NOT NULL AND lease_until > clock_timestamp() END
+    RETURNING epoch)"""
+
 # One record. `$1` run, `$2` seq, `$3` epoch (NULL: no lease), `$4` kind, `$5` body, `$6` on/off.
-APPEND_ONE = """
+APPEND_ONE = f"""
 WITH fence AS (
     UPDATE polyloop_runs SET
         next_seq = next_seq + 1,
         status = CASE
             WHEN $4::text = 'run_finished' THEN 'finished'
             WHEN $4::text = 'resolution' AND status = 'parked' THEN 'queued'
-            ELSE status END
-    WHERE run_id = $1::text AND next_seq = $2::bigint AND CASE
-        WHEN $3::bigint IS NULL THEN holder IS NULL OR lease_until <= clock_timestamp()
-        ELSE epoch = $3::bigint AND holder IS NOT NULL AND lease_until > clock_timestamp() END
-    RETURNING epoch)
+            ELSE status END{_FENCE}
 INSERT INTO polyloop_records (run_id, seq, epoch, kind, body)
 SELECT $1::text, $2::bigint, fence.epoch, $4::text, $5::text::json FROM fence
 WHERE set_config('synchronous_commit', $6::text, true) IS NOT NULL
@@ -52,18 +57,14 @@ WHERE set_config('synchronous_commit', $6::text, true) IS NOT NULL
 # `$5` their bodies as one JSON array, `$6` on/off. (Not text[]: quoting every `"` of a body for
 # an array literal cost the client more CPU than the rest of the statement.) A held run's
 # unsynced records travel with its next durable one this way.
-APPEND_MANY = """
+APPEND_MANY = f"""
 WITH fence AS (
     UPDATE polyloop_runs SET
         next_seq = next_seq + json_array_length($5::text::json),
         status = CASE
             WHEN 'run_finished' = ANY(string_to_array($4::text, ',')) THEN 'finished'
             WHEN 'resolution' = ANY(string_to_array($4::text, ',')) AND status = 'parked' THEN 'queued'
-            ELSE status END
-    WHERE run_id = $1::text AND next_seq = $2::bigint AND CASE
-        WHEN $3::bigint IS NULL THEN holder IS NULL OR lease_until <= clock_timestamp()
-        ELSE epoch = $3::bigint AND holder IS NOT NULL AND lease_until > clock_timestamp() END
-    RETURNING epoch)
+            ELSE status END{_FENCE}
 INSERT INTO polyloop_records (run_id, seq, epoch, kind, body)
 SELECT $1::text, $2::bigint + b.n - 1, fence.epoch, b.kind, b.body
 FROM fence, ROWS FROM (json_array_elements($5::text::json), unnest(string_to_array($4::text, ',')))
@@ -82,25 +83,28 @@ FROM polyloop_runs WHERE run_id = $1::text
 
 async def append(
     cur: psycopg.AsyncRawCursor[Any], run_id: str, seq: int, epoch: int | None,
-    kinds: list[str], bodies: list[str], *, durable: bool,
+    rows: list[tuple[str, str]], *, durable: bool,
 ) -> str:
-    """Append `bodies` (records of `kinds`) at `seq`, `seq`+1, ...; `ok` or why the fence refused.
+    """Append `rows` (each a record's kind and JSON) at `seq`, `seq`+1, ...; `ok` or why the fence refused.
 
     The refusal is one of `missing`, `held:HOLDER`, `fenced:EPOCH`, `expired`,
     `seq:NEXT` (see `diagnose`).
     """
     sync = "on" if durable else "off"
     if seq == 0:
-        assert len(bodies) == 1
-        await cur.execute(APPEND_FIRST, (run_id, epoch, kinds[0], bodies[0]), prepare=True)
+        assert len(rows) == 1
+        (kind, body), = rows
+        await cur.execute(APPEND_FIRST, (run_id, epoch, kind, body), prepare=True)
         row = await cur.fetchone()
         return row[0] if row else "missing"
-    if len(bodies) == 1:
-        await cur.execute(APPEND_ONE, (run_id, seq, epoch, kinds[0], bodies[0], sync), prepare=True)
+    if len(rows) == 1:
+        (kind, body), = rows
+        await cur.execute(APPEND_ONE, (run_id, seq, epoch, kind, body, sync), prepare=True)
     else:
-        many = (run_id, seq, epoch, ",".join(kinds), f"[{','.join(bodies)}]", sync)
-        await cur.execute(APPEND_MANY, many, prepare=True)
-    if cur.rowcount == len(bodies):
+        kinds = ",".join(kind for kind, _ in rows)
+        bodies = "[" + ",".join(body for _, body in rows) + "]"
+        await cur.execute(APPEND_MANY, (run_id, seq, epoch, kinds, bodies, sync), prepare=True)
+    if cur.rowcount == len(rows):
         return "ok"
     return await diagnose(cur, run_id, epoch)
 

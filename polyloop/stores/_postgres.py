@@ -72,10 +72,6 @@ WHERE run_id = %s AND holder IS NOT NULL AND lease_until > clock_timestamp()
 """
 
 
-def _body(record: Record) -> str:
-    return encode(record)[:-1].decode()  # the JSONL line without its newline
-
-
 class PostgresStore:
     """Run logs in a PostgreSQL database that many machines share.
 
@@ -264,11 +260,10 @@ class PostgresStore:
 
     async def _append_many(self, run_id: str, records: list[Record], *, durable: bool) -> None:
         check_run_id(run_id)
-        kinds = [record.TAG for record in records]
-        bodies = [_body(record) for record in records]
+        rows = [(record.TAG, encode(record)[:-1].decode()) for record in records]  # the JSONL lines
         lease = self._leases.get(run_id)
         if lease is None:
-            await self._send(run_id, None, kinds, bodies, durable=durable)
+            await self._send(run_id, None, rows, durable=durable)
             return
         for record in records:
             lease.before_write(record)
@@ -276,17 +271,14 @@ class PostgresStore:
             # Held: an unsynced record travels with the run's next durable
             # one, in its statement; if the run waits on something else first,
             # it goes on its own as soon as the run yields (`_send_soon`).
-            lease.pending += zip(kinds, bodies)
+            lease.pending += rows
             self._send_soon(lease)
             return
         while lease.sending is not None:  # unsynced records on their way land first
             await asyncio.wait([lease.sending])
             lease.before_write(records[0])  # and if they failed, so does this write
-        if lease.pending:
-            pending, lease.pending = lease.pending, []
-            kinds = [kind for kind, _ in pending] + kinds
-            bodies = [body for _, body in pending] + bodies
-        await self._send(run_id, lease, kinds, bodies, durable=True)
+        pending, lease.pending = lease.pending, []
+        await self._send(run_id, lease, pending + rows, durable=True)
 
     def _send_soon(self, lease: Lease) -> None:
         if not lease.send_scheduled:
@@ -309,8 +301,7 @@ class PostgresStore:
             while lease.pending:
                 lease.before_write()  # not after the local deadline, nor after a failure
                 pending, lease.pending = lease.pending, []
-                kinds, bodies = [kind for kind, _ in pending], [body for _, body in pending]
-                await self._send(lease.run_id, lease, kinds, bodies, durable=False)
+                await self._send(lease.run_id, lease, pending, durable=False)
         except Exception as exc:  # the run's next write raises it (Lease.before_write)
             lease.failure = exc
         finally:
@@ -323,28 +314,29 @@ class PostgresStore:
             await asyncio.wait([lease.sending])
 
     async def _send(
-        self, run_id: str, lease: Lease | None, kinds: list[str], bodies: list[str], *, durable: bool
+        self, run_id: str, lease: Lease | None, rows: list[tuple[str, str]], *, durable: bool
     ) -> None:
-        """One statement: the fence, then the records at the next sequence numbers."""
+        """One statement: the fence, then the records (kind, body) at the next sequence numbers."""
+        first = rows[0][0]
         epoch: int | None = None
         if lease is not None:
             seq, epoch = lease.next_seq, lease.epoch
-        elif kinds[0] == RunStarted.TAG:
+        elif first == RunStarted.TAG:
             seq = 0
         else:
             seq = self._next.get(run_id)
             if seq is None:
                 seq = await self._count(run_id)
         assert seq is not None
-        if kinds[0] == RunStarted.TAG and seq != 0:
+        if first == RunStarted.TAG and seq != 0:
             raise RunExistsError(run_id)
-        if seq == 0 and kinds[0] != RunStarted.TAG:
+        if seq == 0 and first != RunStarted.TAG:
             raise RunNotFoundError(run_id, self.where)  # a lease on a run with no log yet
         # The hot path of every step: no context-manager layers, one borrowed connection.
         conn = await self._acquire()
         ok = False
         try:
-            outcome = await append(self._conns.cursor(conn), run_id, seq, epoch, kinds, bodies, durable=durable)
+            outcome = await append(self._conns.cursor(conn), run_id, seq, epoch, rows, durable=durable)
             ok = True
         except BaseException as exc:
             # Landed or not, nobody knows: the next write must not guess a number.
@@ -360,10 +352,10 @@ class PostgresStore:
             self._next.pop(run_id, None)
             raise self._refused(run_id, outcome, seq)
         if lease is not None:
-            lease.next_seq = seq + len(bodies)
+            lease.next_seq = seq + len(rows)
             lease.after_write()
         else:
-            self._next[run_id] = seq + len(bodies)
+            self._next[run_id] = seq + len(rows)
 
     def _refused(self, run_id: str, outcome: str, seq: int) -> Exception:
         what, _, detail = outcome.partition(":")
