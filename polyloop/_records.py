@@ -697,7 +697,8 @@ def _is_tool_call(call: Any) -> bool:
 def _is_call_outcome(c: Any) -> bool:
     return (
         isinstance(c, dict)
-        and (c.get("result_id") is None or isinstance(c.get("result_id"), str))
+        and "result_id" in c  # null when the call never got an intent, but always there
+        and (c["result_id"] is None or isinstance(c["result_id"], str))
         and isinstance(c.get("tool"), str)
         and isinstance(c.get("observation"), str)
         and type(c.get("is_error")) is bool
