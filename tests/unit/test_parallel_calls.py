@@ -317,14 +317,13 @@ def test_rules_33_and_34_refuse_what_a_writer_of_several_calls_never_writes() ->
 def test_a_call_outcome_without_its_result_id_is_a_malformed_record_not_a_crash() -> None:
     # Found by the reader fuzz (seed 439864173): the walker read entry["result_id"] of an entry
     # that had none. The writer always writes the key (null for a call that never got an intent).
-    store = MemoryStore()
-    _crashed_log(store, {1: "a", 2: "b", 3: "c"})
-    good = _log_lines(store)
     outcomes = [{"result_id": f"s1-c{k}-a1", "tool": t, "observation": "o", "is_error": False}
                 for k, t in enumerate(["read", "write", "read"], 1)]
-    del outcomes[1]["result_id"]
+    outcomes[2]["result_id"] = None  # a call that never got an intent: null, and accepted
     line = {"record": "step_completed", "step": 1, "result_id": None, "observation": None,
             "calls": outcomes, "at": "t"}
+    assert decode_record(line).calls == outcomes
+    del outcomes[1]["result_id"]
     with pytest.raises(RecordError, match="step_completed.calls"):
         decode_record(line)
 
