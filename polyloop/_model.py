@@ -273,7 +273,18 @@ class ScriptedModel:
     """
 
     def __init__(self, outputs: Sequence[Mapping[str, Any]]) -> None:
-        self.outputs = [self._check(i, o) for i, o in enumerate(outputs)]
+        # Each output is copied (a script changed later does not change the
+        # run), once per distinct object: a script written as `[call] * 1000`
+        # keeps one copy, not a thousand, in every run that plays it.
+        # (The original is kept beside its copy until the end, so that its id
+        # cannot be reused by a later output of a generator.)
+        copies: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self.outputs: list[dict[str, Any]] = []
+        for i, o in enumerate(outputs):
+            seen = copies.get(id(o))
+            if seen is None:
+                seen = copies[id(o)] = (o, self._check(i, o))
+            self.outputs.append(seen[1])
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:

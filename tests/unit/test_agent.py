@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import MappingProxyType
 
 import pytest
 
@@ -371,6 +372,18 @@ def test_the_tool_decorator_declares_policy_and_schema():
     assert "ctx" not in read_file.spec()["parameters"]["properties"]
     with pytest.raises(ValueError):
         tool(replay="sometimes")(lambda: None)
+
+
+def test_a_scripted_model_copies_each_distinct_output_once():
+    call = {"tool": "a", "args": {"x": 1}}
+    model = ScriptedModel([call] * 1000 + [{"final": "done"}])
+    assert len({id(o) for o in model.outputs}) == 2  # one copy of `call`, not a thousand
+    call["args"] = {"x": 2}  # the script as given is copied: changing it later changes nothing
+    assert model.outputs[999]["args"] == {"x": 1}
+    # Distinct read-only mappings from a generator, each freed once read (so a later one can take
+    # its id): every one keeps its own output.
+    gen = ScriptedModel(MappingProxyType({"tool": "a", "args": {"x": i}}) for i in range(50))
+    assert [o["args"]["x"] for o in gen.outputs] == list(range(50))
 
 
 def test_scripted_model_validates_and_reads_files(tmp_path):
