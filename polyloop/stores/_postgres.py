@@ -554,16 +554,30 @@ class PostgresStore:
             StoreError: the database failed.
         """
         check_run_id(run_id)
-        params = {"run": run_id, "holder": self.name, "lease": self.lease}
         sent = time.monotonic()
-        async with self._conn(run_id) as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(_CLAIM_QUEUED if queued_only else _CLAIM, params)
-            row = await cur.fetchone()
+        # A claim cancelled in flight may still commit on the server, and its
+        # lease would then stay held until it lapses: the statement is let finish
+        # and what it took is given back before the cancellation goes on.
+        claiming = asyncio.ensure_future(self._claim_row(run_id, queued_only))
+        try:
+            row = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                taken = await claiming
+                if taken is not None:
+                    await self._release(Lease(self, run_id, taken, sent), None)
+            raise
         if row is None:
             holder = await self.holder(run_id)
             raise RunActiveError(run_id, holder or ("nobody: it is not queued" if queued_only else None))
         return Lease(self, run_id, row, sent)
+
+    async def _claim_row(self, run_id: str, queued_only: bool) -> dict[str, Any] | None:
+        params = {"run": run_id, "holder": self.name, "lease": self.lease}
+        async with self._conn(run_id) as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(_CLAIM_QUEUED if queued_only else _CLAIM, params)
+            return await cur.fetchone()
 
     @contextlib.asynccontextmanager
     async def lock(self, run_id: str) -> AsyncIterator[None]:

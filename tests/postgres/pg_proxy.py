@@ -12,8 +12,10 @@ class Proxy:
     """Forwards 127.0.0.1:<port> to an upstream socket made by `upstream()`.
 
     `blackhole()` stops delivering bytes in both directions but keeps them
-    (a network partition: nothing arrives, nothing is refused); `restore()`
-    delivers what was held, late, and forwards again. `cut()` closes every
+    (a network partition: nothing arrives, nothing is refused);
+    `hold_replies()` does so only for the server's bytes (a statement
+    reaches the server and runs, its answer is late); `restore()` delivers
+    what was held, late, and forwards again. `cut()` closes every
     open connection at once (new ones are still accepted).
     """
 
@@ -26,6 +28,8 @@ class Proxy:
         self._peers: dict[socket.socket, socket.socket] = {}
         self._held: list[tuple[socket.socket, bytes]] = []
         self._holding = False
+        self._holding_replies = False
+        self._servers: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._wake_r, self._wake_w = socket.socketpair()
@@ -38,9 +42,13 @@ class Proxy:
         with self._lock:
             self._holding = True
 
+    def hold_replies(self) -> None:
+        with self._lock:
+            self._holding_replies = True
+
     def restore(self) -> None:
         with self._lock:
-            self._holding = False
+            self._holding = self._holding_replies = False
             held, self._held = self._held, []
         for sock, data in held:
             try:
@@ -95,6 +103,7 @@ class Proxy:
         with self._lock:
             self._peers[client] = server
             self._peers[server] = client
+            self._servers.add(server)
         self._sel.register(client, selectors.EVENT_READ, "peer")
         self._sel.register(server, selectors.EVENT_READ, "peer")
 
@@ -107,7 +116,7 @@ class Proxy:
             other = self._peers.get(sock)
             if other is None:
                 return
-            if data and self._holding:
+            if data and (self._holding or (self._holding_replies and sock in self._servers)):
                 self._held.append((other, data))
                 return
         if not data:
@@ -123,6 +132,7 @@ class Proxy:
             other = self._peers.pop(sock, None)
             if other is not None:
                 self._peers.pop(other, None)
+            self._servers.difference_update((sock, other))
         for s in (sock, other):
             if s is None:
                 continue

@@ -34,6 +34,7 @@ from pg_helpers import (
     wait_for,
 )
 from pg_proxy import Proxy
+from polyloop.stores import PostgresStore
 from test_pg_workers import finish_all
 
 LEASE = 1.0
@@ -137,6 +138,33 @@ def test_a_partitioned_worker_stops_and_its_late_writes_are_refused(pg_url, pg_c
         if second is not None:
             second.kill()
     check_effects(pg_conn, [run_id], done)
+
+
+async def test_a_claim_cancelled_while_its_answer_is_on_the_way_gives_the_lease_back(pg_url, proxy):
+    # Ctrl-C of a batch cancels runs wherever they are, claims included: one
+    # whose statement committed but whose answer had not arrived left its
+    # lease held until it lapsed, and the re-run had to wait for it.
+    proxy, via_proxy = proxy
+    [run_id] = ids("cancelled-claim", 1)
+    store, watcher = PostgresStore(via_proxy, lease=60), PostgresStore(pg_url)
+    try:
+        await store.holder(run_id)  # connected, schema checked: only the claim is left to send
+        proxy.hold_replies()
+        claim = asyncio.create_task(store.claim(run_id))
+        deadline = time.monotonic() + 10
+        while await watcher.holder(run_id) is None:  # the claim has committed on the server
+            assert time.monotonic() < deadline and not claim.done(), "the claim never reached the server"
+            await asyncio.sleep(0.01)
+        claim.cancel()
+        await asyncio.sleep(0.1)
+        proxy.restore()
+        with pytest.raises(asyncio.CancelledError):
+            await claim
+        assert await watcher.holder(run_id) is None, "a cancelled claim kept its lease"
+    finally:
+        proxy.restore()
+        await store.aclose()
+        await watcher.aclose()
 
 
 def test_connections_cut_mid_run_lose_nothing(pg_url, pg_conn, tmp_path, proxy):
