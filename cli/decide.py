@@ -27,11 +27,6 @@ Reason = Annotated[
     str,
     typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded). Required.", show_default=False),
 ]
-By = Annotated[
-    str | None,
-    typer.Option("--by", metavar="NAME", help="Who decides (recorded). Default: the OS user and host, user@host.",
-                 show_default=False),
-]
 ExpectSha = Annotated[
     str | None,
     typer.Option(
@@ -48,7 +43,7 @@ def approve_command(
     run_id: RunId,
     request_id: RequestId,
     reason: Reason,
-    by: By = None,
+    by: options.By = None,
     args: Annotated[
         str | None,
         typer.Option("--args", metavar="JSON", help="Run these arguments (a JSON object) instead of the "
@@ -90,7 +85,7 @@ def deny_command(
     run_id: RunId,
     request_id: RequestId,
     reason: Reason,
-    by: By = None,
+    by: options.By = None,
     expect_sha256: ExpectSha = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
@@ -120,7 +115,7 @@ def answer_command(
     run_id: RunId,
     request_id: RequestId,
     text: Annotated[str, typer.Argument(metavar="TEXT", help="The answer the model reads.", show_default=False)],
-    by: By = None,
+    by: options.By = None,
     reason: Annotated[
         str | None,
         typer.Option("--reason", metavar="TEXT", help="An optional note (recorded).", show_default=False),

@@ -50,6 +50,7 @@ def command(
         str | None,
         typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
     ] = None,
+    by: options.By = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
 ) -> None:
@@ -59,7 +60,7 @@ def command(
     action's intent and before its result: PolyLoop cannot know whether the
     action happened, and will not guess. Check the world (did the email go
     out? is the file there?), then record your verdict. It is written as a
-    durable `resolution` record with who (the OS user), when and why; the log
+    durable `resolution` record with who (--by, default user@host), when and why; the log
     is otherwise left as it is. Then `polyloop resume ID`: with --executed it
     reuses the observation, with --not-executed it runs the action again
     (with the same idempotency key).
@@ -91,17 +92,22 @@ def command(
             raise BadInput("an observation goes only with --executed")
         options.utf8(observation, "--observation")
         options.utf8(reason, "--reason")
+        options.utf8(by, "--by")
+        if by is not None and not by.strip():
+            raise BadInput("--by must name someone")
         text = _read(observation_file) if observation_file is not None else observation
-        recovery = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason))
+        recovery = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason, by))
         render.resolved(run_id, result_id, executed, recovery, where)
     raise typer.Exit(0)
 
 
 async def _resolve(
-    where: str, run_id: str, result_id: str, executed: bool, text: str | None, reason: str | None
+    where: str, run_id: str, result_id: str, executed: bool, text: str | None, reason: str | None, by: str | None
 ) -> Recovery:
     async with open_store(where) as store:
-        return await mark_resolved(store, run_id, result_id, executed=executed, observation=text, reason=reason)
+        return await mark_resolved(
+            store, run_id, result_id, executed=executed, observation=text, reason=reason, by=by
+        )
 
 
 def _read(path: Path) -> str:

@@ -113,3 +113,10 @@ def inputs(given: list[str] | None) -> dict[str, str] | None:
             raise BadInput(f"--input {name}: no file or directory {path}")
         out[name] = path
     return out
+
+
+By = Annotated[
+    str | None,
+    typer.Option("--by", metavar="NAME", help="Who decides (recorded). Default: the OS user and host, user@host.",
+                 show_default=False),
+]

@@ -9,8 +9,6 @@ finds the request decided (`DecisionError`). See docs/how-to/require-approval.md
 
 from __future__ import annotations
 
-import getpass
-import socket
 from typing import Any
 
 import orjson
@@ -21,6 +19,7 @@ from ._ids import check_run_id
 from ._loop import held, verdict, walk_off_loop, write_settlement
 from ._records import Decision, DecisionKind, args_digest, representable
 from ._store import Store
+from ._who import default_by
 
 
 async def approve(
@@ -167,7 +166,7 @@ async def _decide(
         record = Decision(
             id=request_id,
             decision=kind,
-            by=representable(by) if by else default_decider(),
+            by=representable(by) if by else default_by(),
             request_sha256=r.request.args_sha256,
             args_sha256=args_digest(edited if edited is not None else r.request.args),
             reason=representable(reason) if reason is not None else None,
@@ -195,10 +194,3 @@ def _open_request(walker: Walker, run_id: str, request_id: str, kind: DecisionKi
     return r
 
 
-def default_decider() -> str:
-    """Who decides when nobody says: the OS user and host, `user@host`."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # no user name in this environment (e.g. a bare container uid)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +26,7 @@ from ._plan import (
 )
 from ._records import CheckpointAccepted, Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
+from ._who import default_by
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
 
@@ -465,7 +465,7 @@ async def mark_resolved(
         executed: the operator's verdict.
         observation: what the action produced (only with `executed=True`).
         reason: why the operator decided so.
-        by: who decided; defaults to the OS user.
+        by: who decided; defaults to the OS user and host, `user@host`.
 
     Returns:
         The run's `Recovery` after the resolution.
@@ -487,7 +487,7 @@ async def mark_resolved(
             result_id=result_id,
             outcome="executed" if executed else "not_executed",
             observation=representable(observation or "") if executed else None,
-            by=by or _os_user(),
+            by=by or default_by(),
             reason=reason,
         )
         return await write_settlement(store.write_resolution, walker, run_id, record, "resolution")
@@ -521,8 +521,3 @@ def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
         raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown or alert")
 
 
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in this environment (e.g. a bare container uid)
-        return "unknown"

@@ -12,8 +12,6 @@ finds the run finished writes nothing.
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,18 +20,12 @@ from ._errors import CrashLoopError, InvalidInputError
 from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, describe, plan
 from ._records import CheckpointAccepted, CrashLoopAccepted, Resumed
 from ._validity import differences, refusal
+from ._who import default_by
 
 if TYPE_CHECKING:
     from ._loop import _Run
 
 
-def default_by() -> str:
-    """Who a settlement is by when nobody says: `user@host` of this process."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # no user name in this environment (e.g. a bare container uid)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 @dataclass(slots=True)

@@ -57,11 +57,22 @@ def test_the_observation_can_come_from_a_file(cli, crashed_mailer, tmp_path):
 
 def test_a_resolution_records_who_when_and_why(cli, crashed_mailer):
     import getpass
+    import socket
 
     crashed_mailer("m")
     done = cli("mark-resolved", "m", "s1-a1", "--not-executed", "--reason", "not in the outbox")
     assert done.code == 0, done
     r = cli.records("m")[-1]
     assert r["record"] == "resolution" and r["outcome"] == "not_executed" and r["observation"] is None
-    assert r["by"] == getpass.getuser() and r["reason"] == "not in the outbox" and r["at"]
+    # Who, as every settling command records it: the OS user and host.
+    assert r["by"] == f"{getpass.getuser()}@{socket.gethostname()}"
+    assert r["reason"] == "not in the outbox" and r["at"]
     assert "resolved s1-a1" in done.stdout and "run send_email again" in done.stdout
+
+
+def test_by_names_who_settled_it(cli, crashed_mailer):
+    crashed_mailer("m")
+    assert cli("mark-resolved", "m", "s1-a1", "--executed", "--by", " ").code == 2
+    done = cli("mark-resolved", "m", "s1-a1", "--executed", "--by", "ops-oncall", "--reason", "in the outbox")
+    assert done.code == 0, done
+    assert cli.records("m")[-1]["by"] == "ops-oncall"
