@@ -187,7 +187,9 @@ def dir_flag(directory: str | None) -> str:
         return ""
     default = os.environ.get("POLYLOOP_STORE") or default_directory()
     if directory.startswith(("postgresql://", "postgres://")):
-        return "" if directory == default else f" --store {shlex.quote(directory)}"
+        # Never a password in a command to paste (a terminal, a CI log): the
+        # reader supplies it the way libpq does (PGPASSWORD, ~/.pgpass).
+        return "" if directory == default else f" --store {shlex.quote(place(directory))}"
     if not directory.startswith(("postgresql://", "postgres://")) and Path(directory) == Path(default):
         return ""
     return f" --dir {shlex.quote(directory)}"
@@ -401,7 +403,7 @@ def usage_error(exc: Any, *, json: bool) -> None:
 
 def run_begins(run_id: str, log: Path | str) -> None:
     """Printed before the run starts, so the id is known even if the process dies."""
-    _line(out(), ("run ", "bold"), (run_id, "bold cyan"), f"  (log: {log})")
+    _line(out(), ("run ", "bold"), (run_id, "bold cyan"), f"  (log: {place(str(log))})")
 
 
 def resume_begins(run_id: str, next_step: str) -> None:
