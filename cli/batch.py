@@ -98,7 +98,9 @@ def command(
     changed line, a corrupt log, a run held elsewhere) or the database
     cannot be reached, 2 bad usage or bad input (goals file, target, flags;
     nothing ran), 3 no failure, but some run needs an operator, 130
-    interrupted (every run stays resumable).
+    interrupted: the runs under way end the model call or action they are
+    in and stop before the next, so every run stays resumable (a second
+    Ctrl-C kills them mid-call instead).
 
     \b
     Example:
@@ -334,7 +336,11 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
     if report.outcome == "finished":
         _say(console, ("done: ", "bold green"), "every run finished")
     elif report.outcome == "interrupted":
-        _say(console, ("interrupted: ", "bold yellow"), "every run stays resumable; run the same command again:")
+        if report.killed:
+            _say(console, ("interrupted: ", "bold yellow"),
+                 "the workers were killed mid-call, so a run may need an operator; run the same command again to see:")
+        else:
+            _say(console, ("interrupted: ", "bold yellow"), "every run stays resumable; run the same command again:")
         _say(console, "  ", (again, "cyan"))
     else:
         _say(console, ("then: ", "bold"), "run the same command again (it skips what finished):")

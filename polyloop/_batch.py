@@ -49,7 +49,11 @@ _URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 class BatchInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a batch; `report` says where every run stands (all resumable).
+    """Ctrl-C stopped a batch; `report` says where every run stands.
+
+    The runs under way end the call they were in and stop before their next
+    one, so each stays resumable; only a second Ctrl-C, which kills the
+    workers mid-call, can leave an action unknown (its run then says so).
 
     A `KeyboardInterrupt`, so code that stops on Ctrl-C still does.
     """
@@ -294,6 +298,8 @@ class _Supervisor:
         self.last_progress = 0.0
         self.interrupted = False
         self.stopping = False
+        self.forced = False  # a second Ctrl-C killed the workers mid-drain
+        self._held_at_stop: set[int] = set()
 
     # -- the loop ----------------------------------------------------------------
 
@@ -384,6 +390,7 @@ class _Supervisor:
         action in progress is then an unknown execution).
         """
         self.stopping = True
+        self._held_at_stop = {key for w in self.workers for key in w.held}
         for w in self.workers:
             try:
                 w.conn.send(("stop",))
@@ -400,8 +407,8 @@ class _Supervisor:
                             self._message(w, w.conn.recv())
                     except Exception:  # gone, or a message cut by the first Ctrl-C
                         alive.remove(w)
-        except KeyboardInterrupt:  # the second Ctrl-C: stop waiting
-            pass
+        except KeyboardInterrupt:  # the second Ctrl-C: stop waiting (the workers are killed)
+            self.forced = True
 
     # -- reporting -------------------------------------------------------------
 
@@ -431,7 +438,12 @@ class _Supervisor:
         for key, line in enumerate(self.lines):
             entry = self.results.get(key)
             if entry is None:
-                why = "interrupted before it finished; it stays resumable: run the batch again"
+                why = (
+                    "its worker was killed by a second Ctrl-C: an action it was running may now "
+                    "need an operator; run the batch again to see"
+                    if self.forced and key in self._held_at_stop
+                    else "interrupted before it finished; it stays resumable: run the batch again"
+                )
                 entry = BatchRun(line.run_id, line.line, "interrupted", 0, why, "none")
             out.append(entry)
         return sorted(out, key=lambda r: r.line)
@@ -448,4 +460,5 @@ class _Supervisor:
             concurrency=self.concurrency,
             restarts=self.restarts,
             interrupted=self.interrupted,
+            killed=self.forced,
         )

@@ -84,7 +84,11 @@ class BatchReport:
         processes: worker processes used (0 when nothing had to run).
         concurrency: runs per worker process at most.
         restarts: worker processes that died (each replaced while work remained).
-        interrupted: Ctrl-C stopped the batch; every run stays resumable.
+        interrupted: Ctrl-C stopped the batch; the runs under way ended the
+            call they were in, so every run stays resumable.
+        killed: a second Ctrl-C killed the worker processes mid-call: a run
+            that was in an action may now need an operator (the next
+            invocation says which).
     """
 
     name: str
@@ -97,6 +101,7 @@ class BatchReport:
     concurrency: int = 0
     restarts: int = 0
     interrupted: bool = False
+    killed: bool = False
     counts: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +133,7 @@ class BatchReport:
             "processes": self.processes,
             "concurrency": self.concurrency,
             "restarts": self.restarts,
+            "killed": self.killed,
             "runs": [r.to_json() for r in self.runs],
         }
 

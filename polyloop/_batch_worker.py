@@ -8,7 +8,10 @@ few tenths of a second), `done` (one `BatchRun` per run) and `fatal`.
 It dies with its parent (SIGKILL on Linux, else when the socket closes): a
 run whose process died holds no lock, so the next invocation resumes it by
 the rules that follow any crash. It ignores SIGINT: on Ctrl-C the parent
-sends `stop`, and the worker cancels its runs, which leaves each resumable.
+sends `stop`, and the worker drains: every run finishes the model call or
+action it is in (its outcome recorded) and stops before its next one, so no
+action is cut off midway and each run stays resumable, none waits for a
+person because of the stop. A run that never started stays unstarted.
 """
 
 from __future__ import annotations
@@ -92,13 +95,42 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+class _Stopping(PolyLoopError):
+    """The batch is stopping: the run stops before its next model or tool call (nothing of it started)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} stopped before its next call: the batch is stopping")
+
+
 class _Counting:
-    """The store, counting completed steps per run (progress is read off the log writes)."""
+    """The store, counting completed steps per run (progress is read off the log writes).
+
+    Once `draining`, it refuses a new run's first record and every intent
+    before it is written: what a run has started (a model call, an action)
+    ends and is recorded, nothing new starts.
+    """
 
     def __init__(self, store: Any) -> None:
         self._store = store
         self.steps: dict[str, int] = {}
         self.unsent = 0
+        self.draining = False
+
+    async def write_run_started(self, record: Any) -> None:
+        if self.draining:
+            raise _Stopping(record.run_id)
+        await self._store.write_run_started(record)
+
+    async def write_intent(self, run_id: str, record: Any) -> None:
+        if self.draining:
+            raise _Stopping(run_id)
+        await self._store.write_intent(run_id, record)
+
+    async def write_intents(self, run_id: str, records: Any) -> None:
+        if self.draining:
+            raise _Stopping(run_id)
+        await self._store.write_intents(run_id, records)
 
     async def write_step_completed(self, run_id: str, record: Any) -> None:
         await self._store.write_step_completed(run_id, record)
@@ -121,6 +153,7 @@ class _Worker:
         self.wait_active = wait_active
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping: asyncio.Event
+        self.orphaned = False  # the parent is gone: nobody waits for a drain
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -129,6 +162,10 @@ class _Worker:
         ticker = asyncio.create_task(self._tick())
         try:
             await self.stopping.wait()
+            if not self.orphaned:
+                # Ctrl-C: let every run end the call it is in, then stop (see _Counting).
+                self.counting.draining = True
+                await asyncio.gather(*self.tasks, return_exceptions=True)
         finally:
             loop.remove_reader(self.conn.fileno())
             for task in (*self.tasks, ticker):
@@ -148,12 +185,14 @@ class _Worker:
                     self.stopping.set()
                     return
         except (EOFError, OSError):  # the parent is gone
+            self.orphaned = True
             self.stopping.set()
 
     def _send(self, message: tuple[Any, ...]) -> None:
         try:
             self.conn.send(message)
         except OSError:  # the parent is gone
+            self.orphaned = True
             self.stopping.set()
 
     def _send_steps(self) -> None:
@@ -177,6 +216,8 @@ class _Worker:
                 if time.monotonic() >= deadline:
                     entry = BatchRun(run_id, line, "active", 0, str(exc), "none")
                     break
+                if self.counting.draining:
+                    return  # not started: the parent reports it interrupted
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
             except Exception as exc:  # e.g. the log cannot be read: this run fails, the batch goes on
@@ -224,6 +265,10 @@ class _Worker:
             result = await self.agent.run(
                 goal, run_id=run_id, store=self.counting, target=self.target, **extra  # type: ignore[arg-type]
             )
+        except _Stopping:
+            steps = before + self.counting.steps.get(run_id, 0)
+            why = "stopped before its next call (Ctrl-C); it stays resumable: run the batch again"
+            return entry("interrupted", why, action, steps)
         except CrashLoopError as exc:
             crash = {"id": run_id, "kind": "crash_loop", "tool": exc.tool, "args": None, "step": exc.step}
             return entry("needs_operator", str(exc), action, before, [crash])
