@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
@@ -114,8 +115,11 @@ def command(
         options.utf8(target, "TARGET")
         options.utf8(goals_file, "GOALS_FILE")
         again = _again_command(target, goals_file, name, where if (directory or store_url) else None, lease)
+        # With --json, stdout is the one document: whatever the agent's module
+        # prints as the batch loads it goes to stderr, as the workers' output does.
+        quiet = contextlib.redirect_stdout(sys.stderr) if json else contextlib.nullcontext()
         try:
-            with _progress(live=sys.stderr.isatty(), plain=not json) as show:
+            with quiet, _progress(live=sys.stderr.isatty(), plain=not json) as show:
                 report = run_batch(
                     target, goals_file, name=name, directory=where,
                     concurrency=concurrency, processes=processes, progress=show,

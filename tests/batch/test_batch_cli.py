@@ -287,3 +287,22 @@ def test_a_goals_file_emptied_after_a_run_reports_its_lines_gone(world):
     doc = done.json()
     assert [r["status"] for r in doc["runs"]] == ["changed", "changed"]
     assert all("is gone" in r["reason"] for r in doc["runs"])
+
+
+def test_json_is_the_one_document_on_stdout_even_when_the_agent_prints_as_it_loads(world):
+    noisy = world.root / "noisy.py"
+    noisy.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(target('quick').rpartition(':')[0].rpartition('/')[0])!r})\n"
+        "print('loading the noisy agent')\n"
+        "from agents import quick as agent\n",
+        encoding="utf-8",
+    )
+    goals = world.goals(["a", "b"])
+    proc = subprocess.run(
+        [*polyloop(), "batch", f"{noisy}:agent", str(goals), "--dir", str(world.runs), "--processes", "1", "--json"],
+        cwd=world.root, env=world.env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc
+    assert json.loads(proc.stdout)["outcome"] == "finished"
+    assert "loading the noisy agent" in proc.stderr
