@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from contextlib import contextmanager
 from typing import Annotated
 
@@ -141,9 +142,18 @@ def _settle(run: BatchRun, directory: str) -> list[tuple[str, str]]:
     out = []
     for w in run.waiting:
         tool = render.clip(w.get("tool"), 60)
-        if w.get("kind", "unknown") not in ("unknown", "alert"):
-            # Other kinds of waiting have their own commands; inspect names them.
-            out.append((f"polyloop inspect {rid}{flag}", f"{w.get('kind')}: inspect says how to settle it"))
+        kind = w.get("kind", "unknown")
+        if kind == "crash_loop":
+            out.append((f"polyloop resume {rid} --accept-crash-loop --reason TEXT{flag}",
+                        "resume it once more, on the record"))
+            continue
+        if kind in ("approval", "answer"):
+            request = SimpleNamespace(kind=kind, result_id=str(w["id"]))
+            out.extend(render.decide_commands(str(run.run_id), request, directory))
+            continue
+        if kind not in ("unknown", "alert"):
+            # A kind of waiting this version does not know: inspect names its commands.
+            out.append((f"polyloop inspect {rid}{flag}", f"{kind}: inspect says how to settle it"))
             continue
         base = f"polyloop mark-resolved {rid} {shlex.quote(str(w['id']))}"
         out.append((f"{base} --executed{flag}", f"{tool} happened"))
@@ -322,12 +332,13 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
     where = report.directory
     by = {s: [r for r in report.runs if r.status == s] for s, _, _ in _ROWS}
     parked = by["needs_operator"]
-    for run in _listed(console, parked, "needs an operator — decide whether each action happened, then run one of:"):
+    heading = "needs an operator — settle what each waits for (did the action happen? approve it? answer it?):"
+    for run in _listed(console, parked, heading):
         _say(console, _who(run), render.clip(run.reason, 300))
         for command, meaning in _settle(run, where):
             _say(console, "    ", (command, "cyan"), (f"  # {meaning}", "dim"))
     _more(console, parked)
-    failed = [r for s in ("failed", "active", "invalid", "changed") for r in by[s]]
+    failed = sorted((r for s in ("failed", "active", "invalid", "changed") for r in by[s]), key=lambda r: r.line)
     for run in _listed(console, failed, "failed"):
         _say(console, _who(run), (render.clip(run.reason, 400), "red"))
     _more(console, failed)

@@ -257,8 +257,7 @@ class _Worker:
                 result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
                 return _finished(run_id, line, result, "skipped")
             if status == "needs_operator":
-                waiting = _waiting_of(doc)
-                why = doc["reason"] if any(w.get("kind") != "unknown" for w in waiting) else _unknown(waiting)
+                why, waiting = _parked(doc)
                 return entry("needs_operator", why, "skipped", before, waiting)
         extra = {"inputs": inputs} if inputs is not None else {}
         try:
@@ -274,10 +273,13 @@ class _Worker:
             return entry("needs_operator", str(exc), action, before, [crash])
         except CheckpointError as exc:  # what the line's run depends on changed since it started
             return entry("changed", str(exc), "none", before)
-        except NeedsOperatorError as exc:
+        except NeedsOperatorError:
+            # An unknown action, an alert, an approval or a question: the log,
+            # read as `inspect --json` reads it, says what waits and how to settle it.
+            doc = (await inspect_run(self.store, run_id)).to_json()
             steps = before + self.counting.steps.get(run_id, 0)
-            waiting = _waiting(exc.executions)
-            return entry("needs_operator", _unknown(waiting), action, steps, waiting)
+            why, waiting = _parked(doc)
+            return entry("needs_operator", why, action, steps, waiting)
         except CorruptLogError as exc:
             return entry("corrupt", str(exc), "none", before)
         except RunActiveError:
@@ -293,10 +295,13 @@ class _Worker:
 
 
 def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRun:
+    # A run that ended stays ended: running the batch again reports it again.
+    over = "; the run is over (an ended run is never resumed): to run the line again, give the batch a new --name"
     if result.reason == "error":
-        return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}", action)
+        return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}{over}", action)
     if result.reason == "tool_failures":  # exit code 1 for `polyloop run` too
-        return BatchRun(run_id, line, "failed", result.steps, f"a tool spent its failure budget: {result.error}", action)
+        why = f"a tool spent its failure budget: {result.error}{over}"
+        return BatchRun(run_id, line, "failed", result.steps, why, action)
     return BatchRun(run_id, line, "finished", result.steps, result.reason, action)
 
 
@@ -313,11 +318,12 @@ def _mismatch(run_id: str, field: str, recorded: str | None = None) -> str:
     )
 
 
-def _waiting(executions: Any) -> list[dict[str, Any]]:
-    return [
-        {"id": e.result_id, "kind": "unknown", "tool": e.tool, "args": e.args, "step": e.step}
-        for e in executions
-    ]
+
+def _parked(doc: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """Why a run waits for a person and what waits, from its `inspect --json` document."""
+    waiting = _waiting_of(doc)
+    why = doc["reason"] if any(w.get("kind") != "unknown" for w in waiting) else _unknown(waiting)
+    return why, waiting
 
 
 def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:

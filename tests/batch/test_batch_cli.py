@@ -8,6 +8,7 @@ import shlex
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from batch_helpers import World, kill_group, polyloop, target
@@ -306,3 +307,30 @@ def test_json_is_the_one_document_on_stdout_even_when_the_agent_prints_as_it_loa
     assert proc.returncode == 0, proc
     assert json.loads(proc.stdout)["outcome"] == "finished"
     assert "loading the noisy agent" in proc.stderr
+
+
+def test_a_run_waiting_for_approval_or_an_answer_gets_the_commands_that_settle_it(world):
+    agents = Path(__file__).resolve().parent.parent / "cli" / "approval_agents.py"
+    for agent, expected in (("payer", ["polyloop approve", "polyloop deny"]), ("asker", ["polyloop answer"])):
+        goals = world.goals(["g"], name=f"{agent}.txt")
+        proc = subprocess.run(
+            [*polyloop(), "batch", f"{agents}:{agent}", str(goals), "--dir", str(world.runs), "--processes", "1"],
+            cwd=world.root, env=world.env(APPROVAL_TEST_EFFECTS=str(world.root / "paid")),
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 3, proc
+        commands = [line.strip() for line in proc.stdout.splitlines()
+                    if line.strip().startswith("polyloop ") and not line.strip().startswith("polyloop batch")]
+        run_id = f"{agent}-00001"
+        assert [c.split(" ")[:3] for c in commands] == [[*e.split(" "), run_id] for e in expected], proc.stdout
+        assert "inspect says how" not in proc.stdout
+
+
+def test_a_crash_loop_is_settled_by_resume_accept_crash_loop():
+    from cli.batch import _settle
+    from polyloop import BatchRun
+
+    crash = {"id": "r-1", "kind": "crash_loop", "tool": "die", "args": None, "step": 1}
+    run = BatchRun("r-1", 1, "needs_operator", 0, "it keeps dying", "resumed", (crash,))
+    [(command, _)] = _settle(run, "elsewhere")
+    assert command == "polyloop resume r-1 --accept-crash-loop --reason TEXT --dir elsewhere"
