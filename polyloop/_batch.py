@@ -97,8 +97,9 @@ def run_batch(
             one goal per line), or its lines (strings, or mappings).
         name: the batch name (default: the goals file's stem, made safe;
             `batch` for lines given directly).
-        directory: where the logs live (default: `$POLYLOOP_DIR`, else
-            `./runs`), or a `postgresql://` URL.
+        directory: where the logs live, or a `postgresql://` URL (default:
+            `$POLYLOOP_STORE`, else `$POLYLOOP_DIR`, else `./runs`, as every
+            command looks).
         concurrency: runs per worker process at a time.
         processes: worker processes (default: the number of cores).
         progress: called with a `BatchProgress` a few times a second.
@@ -133,7 +134,7 @@ def run_batch(
         raise ValueError("lease must be positive")
     is_file = isinstance(goals, str | os.PathLike)
     name = check_name(name) if name is not None else (default_name(goals) if is_file else "batch")  # type: ignore[arg-type]
-    spec = os.fspath(directory) if directory is not None else default_directory()
+    spec = os.fspath(directory) if directory is not None else (os.environ.get("POLYLOOP_STORE") or default_directory())
     on_database = isinstance(spec, str) and spec.startswith(_URL_SCHEMES)
     lines = read_goals(goals, name=name)
     load_target(target)  # a bad target fails before anything is written

@@ -334,3 +334,12 @@ def test_a_crash_loop_is_settled_by_resume_accept_crash_loop():
     run = BatchRun("r-1", 1, "needs_operator", 0, "it keeps dying", "resumed", (crash,))
     [(command, _)] = _settle(run, "elsewhere")
     assert command == "polyloop resume r-1 --accept-crash-loop --reason TEXT --dir elsewhere"
+
+
+def test_the_api_looks_where_the_command_looks(world, monkeypatch):
+    monkeypatch.chdir(world.root)
+    monkeypatch.setenv("POLYLOOP_DIR", str(world.root / "by-dir"))
+    monkeypatch.setenv("POLYLOOP_STORE", str(world.root / "by-store"))
+    report = run_batch(target("quick"), ["a"], name="env", processes=1)
+    assert report.outcome == "finished"
+    assert (world.root / "by-store" / "env-00001.jsonl").exists() and not (world.root / "by-dir").exists()
