@@ -185,15 +185,23 @@ def _again_command(
 # -- progress ----------------------------------------------------------------------
 
 
-def _counts_text(p: BatchProgress) -> str:
+def _counts_text(p: BatchProgress, *, width: int | None = None) -> str:
+    """The counts by status, pace and ETA; within `width` columns when given (a live display)."""
     c = p.counts
     failed = sum(c[s] for s in ("failed", "corrupt", "invalid", "changed", "active"))
     eta = "?" if p.eta is None else _duration(p.eta)
     # The pace first: on a narrow terminal the end of the line is what gets cut.
-    return (
+    full = (
         f"{p.steps_per_second:.0f} steps/s, ETA {eta}; {c['finished']} finished, "
         f"{c['needs_operator']} need an operator, {failed} failed, {p.running} running, {p.queued} queued"
     )
+    if width is None or len(full) <= width:
+        return full
+    short = (
+        f"{p.steps_per_second:.0f} steps/s, ETA {eta}; {c['finished']} done, {c['needs_operator']} wait, "
+        f"{failed} failed, {p.running} running"
+    )
+    return short if len(short) <= width else short[: max(width - 1, 0)] + "…"
 
 
 def _stopping_notice(console: Console) -> Callable[[BatchProgress], None]:
@@ -238,7 +246,9 @@ def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], 
         notice = _stopping_notice(progress.console)
 
         def update(p: BatchProgress) -> None:
-            progress.update(task, completed=p.done, total=p.total, description=_counts_text(p))
+            # What the bar and the count leave of the line (an 80-column terminal keeps both).
+            room = progress.console.width - 5 - 16 - 2 * len(str(p.total)) - 1 - 3
+            progress.update(task, completed=p.done, total=p.total, description=_counts_text(p, width=room))
             progress.refresh()
             notice(p)
 

@@ -61,3 +61,19 @@ def test_hostile_text_from_a_run_is_shown_inert(tmp_path):
     for raw in ("\x1b", "\u202e", "\x07", "\x9b", "\r"):
         assert raw not in done.stdout + done.stderr
     assert "\\x1b[31mred" in done.stdout and "[/x]" in done.stdout
+
+
+def test_an_80_column_terminal_keeps_the_bar_the_count_and_the_pace(tmp_path):
+    world = World(tmp_path)
+    goals = world.goals([f"goal {n}" for n in range(12)])
+    proc, master = _on_a_terminal(world, world.argv("quick", goals, "--processes", "1", "--concurrency", "2"),
+                                  BATCH_SLOW="0.1", COLUMNS="80")
+    seen = _read_all(master, proc)
+    proc.communicate(timeout=60)
+    os.close(master)
+    assert proc.returncode == 0, seen
+    frames = [f for f in seen.replace(b"\r", b"\n").split(b"\n") if b"steps/s" in f]
+    assert frames, seen
+    # The count of settled lines and the pace survive; the words are shortened, not the numbers.
+    assert any(b"/12" in f and b"steps/s, ETA" in f and b"done" in f for f in frames), frames
+    assert not any(b"b\xe2\x80\xa6" in f for f in frames), frames  # "b…": the label itself was cut
