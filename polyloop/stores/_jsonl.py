@@ -59,7 +59,7 @@ from .._records import (
 )
 from ._aio import Refused, Syncer, open_syncer
 from ._disk import Disk, kind_of, not_regular_problem, why
-from ._lockfile import clear_and_close, name_holder, open_lock, take
+from ._lockfile import alive, clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
 from ._workers import DiskWorkers
 
@@ -505,7 +505,7 @@ class JsonlStore:
         pattern = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{8}\.tmp")
         for leftover in glob.glob(f"{glob.escape(self._prefix)}.*.tmp"):
             match = pattern.fullmatch(os.path.basename(leftover))
-            if match and _safe(match.group(1)) and not _alive(int(match.group(2))):
+            if match and _safe(match.group(1)) and not alive(int(match.group(2))):
                 with contextlib.suppress(OSError):
                     self._disk.unlink(leftover)
 
@@ -595,7 +595,7 @@ class JsonlStore:
         pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
         for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")):
             match = pattern.fullmatch(os.path.basename(leftover))
-            if match and not _alive(int(match.group(1))):
+            if match and not alive(int(match.group(1))):
                 with contextlib.suppress(OSError):
                     self._disk.unlink(leftover)
 
@@ -807,12 +807,3 @@ def _join(threads: list[threading.Thread]) -> None:
     for thread in threads:
         thread.join()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import re
 import socket
 import stat
 
@@ -75,7 +76,37 @@ def _host() -> str:
 
 
 def _name() -> bytes:
-    return f"pid {os.getpid()} on {_host()}".encode()
+    return holder_name().encode()
+
+
+def holder_name() -> str:
+    """How this process names itself as a holder: `pid 41 on host`."""
+    return f"pid {os.getpid()} on {_host()}"
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of this pid exists here (a zombie counts: it may not have let go yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+_HOLDER = re.compile(r"pid ([0-9]+) on (.+)")
+
+
+def dead_here(name: str) -> bool:
+    """Whether `name` (`pid N on HOST`) is a process of this host that no longer exists.
+
+    Another host's holder, a name of another form, or a pid that exists
+    (perhaps reused) is never called dead: the caller then waits, as it
+    would for a live holder.
+    """
+    match = _HOLDER.fullmatch(name)
+    return bool(match) and match.group(2) == _host() and not alive(int(match.group(1)))
 
 
 def clear_and_close(disk: Disk, fd: int) -> None:

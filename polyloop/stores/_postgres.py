@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from .._records import ActionResult, GuardCheck, Intent, ModelCallResult, Record
 from .._codec import ParsedLog, parse_log
 from ._pg_append import append
 from ._pg_conn import Connections, first_line, session_options
+from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseLostError
 from ._pg_schema import ensure_schema
 
@@ -40,7 +40,7 @@ VALUES (%(run)s, 1, %(holder)s, clock_timestamp() + %(lease)s * interval '1 seco
 ON CONFLICT (run_id) DO UPDATE SET
     epoch = r.epoch + 1, holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until,
     taken_over_from = CASE WHEN r.holder IS NOT NULL THEN r.holder END
-WHERE r.holder IS NULL OR r.lease_until <= clock_timestamp()
+WHERE r.holder IS NULL OR r.lease_until <= clock_timestamp() OR r.holder = %(dead)s
 RETURNING epoch, next_seq, status, target, goal, taken_over_from
 """
 
@@ -50,7 +50,7 @@ UPDATE polyloop_runs AS r SET
     lease_until = clock_timestamp() + %(lease)s * interval '1 second',
     taken_over_from = CASE WHEN r.holder IS NOT NULL THEN r.holder END
 WHERE r.run_id = %(run)s AND r.status = 'queued'
-    AND (r.holder IS NULL OR r.lease_until <= clock_timestamp())
+    AND (r.holder IS NULL OR r.lease_until <= clock_timestamp() OR r.holder = %(dead)s)
 RETURNING epoch, next_seq, status, target, goal, taken_over_from
 """
 
@@ -96,6 +96,10 @@ class PostgresStore:
     `lock(run_id)` takes a lease instead of an OS lock: it lapses when its
     holder stops renewing it, and every write of the holder carries the
     lease's epoch, which the database checks in the statement that inserts.
+    A lease whose holder is a process of this host that no longer exists
+    (its name is `pid N on HOST` and pid N is gone) is taken over at once,
+    not when it lapses: a `polyloop run` killed a moment ago is resumed
+    without waiting out its lease.
 
     Use one store per event loop, and close it with `aclose()` or
     `async with PostgresStore(url) as store:`; connections a caller forgets
@@ -128,7 +132,7 @@ class PostgresStore:
             raise ValueError("lease must be positive")
         self.url = url
         self.lease = float(lease)
-        self.name = name or f"pid {os.getpid()} on {socket.gethostname()}"
+        self.name = name or holder_name()
         # A statement that outlives the lease is worthless to its writer, and
         # a lock wait of a third of it still leaves time to renew.
         lease_ms = max(1000, int(self.lease * 1000))
@@ -443,13 +447,16 @@ class PostgresStore:
             return [row[0] for row in await cur.fetchall()]
 
     async def live_holders(self) -> dict[str, str]:
-        """Who holds a live lease, for every run held right now (one query; `holder` for many runs)."""
+        """Who holds a live lease, for every run held right now (one query; `holder` for many runs).
+
+        A holder that is a dead process of this host is left out, as by `holder`.
+        """
         async with self._conn() as conn:
             cur = await conn.execute(
                 "SELECT run_id, holder FROM polyloop_runs "
                 "WHERE holder IS NOT NULL AND lease_until > clock_timestamp()"
             )
-            return {row[0]: row[1] for row in await cur.fetchall()}
+            return {row[0]: row[1] for row in await cur.fetchall() if not dead_here(row[1])}
 
     async def read_parsed_many(self, run_ids: list[str]) -> dict[str, ParsedLog]:
         """`read_parsed` of several runs in one query; a run without records is left out.
@@ -532,7 +539,15 @@ class PostgresStore:
     # -- leases ---------------------------------------------------------------
 
     async def holder(self, run_id: str) -> str | None:
-        """Who holds a live lease on the run right now, or None."""
+        """Who holds a live lease on the run right now, or None.
+
+        A holder that is a process of this host that no longer exists holds
+        nothing any more: the next claim takes the run over at once.
+        """
+        name = await self._lease_holder(run_id)
+        return None if name is None or dead_here(name) else name
+
+    async def _lease_holder(self, run_id: str) -> str | None:
         async with self._conn(run_id) as conn:
             cur = await conn.execute(_LIVE_HOLDER, (check_run_id(run_id),))
             row = await cur.fetchone()
@@ -558,22 +573,39 @@ class PostgresStore:
         # A claim cancelled in flight may still commit on the server, and its
         # lease would then stay held until it lapses: the statement is let finish
         # and what it took is given back before the cancellation goes on.
-        claiming = asyncio.ensure_future(self._claim_row(run_id, queued_only))
+        claiming = asyncio.ensure_future(self._take(run_id, queued_only))
         try:
-            row = await asyncio.shield(claiming)
+            row, holder = await asyncio.shield(claiming)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                taken = await claiming
+                taken, _ = await claiming
                 if taken is not None:
                     await self._release(Lease(self, run_id, taken, sent), None)
             raise
         if row is None:
-            holder = await self.holder(run_id)
             raise RunActiveError(run_id, holder or ("nobody: it is not queued" if queued_only else None))
         return Lease(self, run_id, row, sent)
 
-    async def _claim_row(self, run_id: str, queued_only: bool) -> dict[str, Any] | None:
-        params = {"run": run_id, "holder": self.name, "lease": self.lease}
+    async def _take(self, run_id: str, queued_only: bool) -> tuple[dict[str, Any] | None, str | None]:
+        """The claimed row, or None and the live holder.
+
+        A holder that is a process of this host that no longer exists (a
+        `polyloop run` killed a moment ago) is taken over at once rather than
+        when its lease lapses: the takeover is fenced like any other.
+        """
+        row = await self._claim_row(run_id, queued_only, dead=None)
+        if row is not None:
+            return row, None
+        holder = await self._lease_holder(run_id)
+        if holder is not None and dead_here(holder):
+            row = await self._claim_row(run_id, queued_only, dead=holder)
+            if row is not None:
+                return row, None
+            holder = await self._lease_holder(run_id)
+        return None, holder
+
+    async def _claim_row(self, run_id: str, queued_only: bool, *, dead: str | None) -> dict[str, Any] | None:
+        params = {"run": run_id, "holder": self.name, "lease": self.lease, "dead": dead}
         async with self._conn(run_id) as conn:
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(_CLAIM_QUEUED if queued_only else _CLAIM, params)
