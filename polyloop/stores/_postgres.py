@@ -646,6 +646,18 @@ class PostgresStore:
             if cur.rowcount != 1:
                 raise RunNotFoundError(run_id, f"the failed or parked runs of {self.where}")
 
+    async def queued(self) -> int:
+        """How many runs are queued: claimable now, or held by a lease (live, or a dead worker's not lapsed yet).
+
+        A run stays `queued` while a worker runs it, so this is what a worker
+        that stops once the queue is idle waits for. Parked, failed,
+        finished and direct runs do not count.
+        """
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT count(*) FROM polyloop_runs WHERE status = 'queued'")
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     async def claimable(self, limit: int) -> list[str]:
         """Up to `limit` queued runs no live lease holds, oldest submission first."""
         async with self._conn() as conn:
