@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 import typer
 
 from polyloop.stores import Worker, WorkerEvent
 
-from . import options, render
-from .errors import Scope, failures
+from . import errors, options, render
+from .errors import INTERRUPTED, Scope, failures
 from .submit import QueueDir, StoreUrl, postgres_store
 
 _STYLE = {
@@ -25,7 +28,15 @@ _STYLE = {
     "lost": "bold red",
     "error": "bold red",
     "released": "bold",
+    "recovered": "bold green",
+    "warning": "yellow",
 }
+_NAME_WIDTH = 9  # the longest event name, `recovered`
+
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON object per line on stdout, one per event (JSON lines), instead of the rendering."),
+]
 
 
 def _printer(as_json: bool):
@@ -34,13 +45,17 @@ def _printer(as_json: bool):
             sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=True) + "\n")
             sys.stdout.flush()
             return
-        parts: list[str | tuple[str, str]] = [(f"{event.event:<9}", _STYLE.get(event.event, ""))]
+        # Every line's second column starts at the same place: the run id, or
+        # for a worker-wide event (`ready`, `error`...) its detail.
+        parts: list[str | tuple[str, str]] = [(f"{event.event:<{_NAME_WIDTH}}", _STYLE.get(event.event, ""))]
+        gap = " "
         if event.run_id:
             parts.append(f" {event.run_id}")
+            gap = "  "
         if event.epoch is not None:
             parts.append((f"  epoch {event.epoch}", "dim"))
         if event.detail:
-            parts.append(f"  {render.clip(event.detail, 400)}")
+            parts.append(f"{gap}{render.clip(event.detail, 400)}")
         render._line(render.out(), *parts)
 
     return show
@@ -63,20 +78,35 @@ def command(
         float, typer.Option("--poll", metavar="SECONDS", min=0.01, help="How often to look at the queue when idle.")
     ] = 1.0,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Exit once no run is queued or running.")
+        bool, typer.Option(
+            "--until-idle",
+            help="Exit once no run is queued or running (by any worker; a dead worker's runs once taken over).",
+        )
     ] = False,
-    as_json: options.Json = False,
+    as_json: Json = False,
 ) -> None:
     """Claim queued runs from a PostgreSQL store, run them, and take over runs of dead workers.
 
     Prints one line per claim, takeover, finish, parked run (it needs an
     operator: settle it with `polyloop mark-resolved`, then a worker claims
-    it again), failure and release; with --json one JSON object per line.
+    it again), failure and release; with --json one JSON object per line
+    (JSON lines: {"event", "run_id", "epoch", "detail"}). While the store
+    cannot be reached it says so once, looks again less and less often (up
+    to 10 polls, at most 30 s apart) and says when it answers again.
+
     SIGTERM or Ctrl-C stops it cleanly: it claims nothing more, lets each
     run go before its next model or tool call and releases its lease, so
-    another worker continues at once. A second signal stops it at once.
+    another worker continues at once. A second signal stops it at once
+    (a call in flight becomes an unknown execution); the leases are still
+    released.
 
-    Exit: 0 stopped cleanly, 1 the store failed at start, 2 bad input.
+    --until-idle waits for runs held by other workers too, and for the lease
+    of a dead worker to lapse (its runs are then taken over), so it exits
+    only once nothing is queued.
+
+    Exit: 0 stopped cleanly (SIGTERM, or --until-idle found nothing left),
+    1 the store failed at start, 2 bad input, 130 interrupted (SIGINT,
+    Ctrl-C), after releasing every lease.
 
     \b
     Example:
@@ -85,24 +115,60 @@ def command(
     with failures(Scope(json=as_json)):
         # A connection per run at most, plus renewals and the queue's look.
         store = postgres_store(store_url, directory=directory, lease=lease, connections=max(8, concurrency + 2))
-        worker = Worker(store, concurrency=concurrency, poll=poll, on_event=_printer(as_json), until_idle=until_idle)
-        asyncio.run(_work(worker))
+        show = _printer(as_json)
+        worker = Worker(store, concurrency=concurrency, poll=poll, on_event=show, until_idle=until_idle)
+        with _driver_warnings(show):
+            received = asyncio.run(_work(worker))
+    if signal.SIGINT in received:
+        sys.stderr.write("polyloop: interrupted; every lease this worker held was released\n")
+        errors.interruption_reported = True
+        raise typer.Exit(INTERRUPTED)
 
 
-async def _work(worker: Worker) -> None:
+async def _work(worker: Worker) -> set[int]:
+    """Run the worker until it stops; return the signals that stopped it."""
     loop = asyncio.get_running_loop()
-    signals = 0
+    received: set[int] = set()
 
-    def on_signal() -> None:
-        nonlocal signals
-        signals += 1
-        worker.stop(now=signals > 1)
+    def on_signal(sig: int) -> None:
+        worker.stop(now=bool(received))
+        received.add(sig)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         async with worker.store:
             await worker.run()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+    return received
+
+
+class _DriverLog(logging.Handler):
+    def __init__(self, show: Callable[[WorkerEvent], None]) -> None:
+        super().__init__(logging.WARNING)
+        self._show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lines = record.getMessage().strip().splitlines() or [""]
+        self._show(WorkerEvent("warning", None, detail=f"psycopg: {lines[0].strip()}"))
+
+
+@contextlib.contextmanager
+def _driver_warnings(show: Callable[[WorkerEvent], None]) -> Iterator[None]:
+    """psycopg's own warnings (`query cancellation failed: ...` while the server is away) as `warning` events.
+
+    Left alone they reach stderr raw, several lines each, through logging's
+    last-resort handler, in the middle of the worker's own output.
+    """
+    logger = logging.getLogger("psycopg")
+    handler = _DriverLog(show)
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate

@@ -67,7 +67,9 @@ class WorkerEvent:
             `detail`; an operator decides), `released` (the worker stopped
             before the run's next call; another worker continues it), `lost`
             (the lease ended; another worker continues), `error` (the store
-            failed; the run stays queued).
+            failed; the run stays queued; a worker-wide one is reported once
+            while the store keeps failing), `recovered` (the store answers
+            again after a worker-wide `error`).
         run_id: the run (None for a worker-wide `error`).
         epoch: the lease's epoch, when one was held.
         detail: the finish reason, the previous holder, or the error message.
@@ -96,7 +98,9 @@ class Worker:
         concurrency: how many runs this worker runs at once.
         poll: seconds between looks at the queue while there is room.
         on_event: called with a `WorkerEvent` for every claim, finish, takeover...
-        until_idle: return once no run is claimable and none is running.
+        until_idle: return once no run is queued: none claimable, none held by
+            a live lease (this worker's, another's, or a dead worker's that has
+            not lapsed yet, which this worker then takes over).
     """
 
     def __init__(
@@ -129,31 +133,59 @@ class Worker:
             lease.drain()
 
     async def run(self) -> None:
-        """Work until stopped (or, with `until_idle`, until the queue is empty).
+        """Work until stopped (or, with `until_idle`, until no run is queued or held).
+
+        While the store fails (the server is unreachable, say), the worker
+        looks again after `poll`, then twice as long each time, up to
+        `max_backoff`; it reports the first failure as an `error` event that
+        says so, stays quiet while the failures go on, and reports `recovered`
+        when the store answers again.
 
         Raises:
             StoreError: only if the store fails on the very first look at the
                 queue (a wrong URL); later failures are reported as events and retried.
         """
         first = True
+        failures = 0
+        next_look = 0.0
         try:
             while not self._stop.is_set():
-                try:
-                    claimed = await self._fill()
-                except StoreError as exc:
-                    if first:
-                        raise
-                    self.on_event(WorkerEvent("error", None, detail=str(exc)))
-                    claimed = 0
+                idle = False
+                if not failures or time.monotonic() >= next_look:
+                    try:
+                        claimed = await self._fill()
+                        idle = self.until_idle and not claimed and not self._running and not await self.store.queued()
+                    except StoreError as exc:
+                        if first:
+                            raise
+                        failures += 1
+                        if failures == 1:
+                            detail = f"{exc} (looking again in {self.poll:g} s, backing off up to {self.max_backoff:g} s)"
+                            self.on_event(WorkerEvent("error", None, detail=detail))
+                    else:
+                        if failures:
+                            detail = f"the store answers again after {failures} failed looks"
+                            self.on_event(WorkerEvent("recovered", None, detail=detail))
+                        failures = 0
+                    next_look = time.monotonic() + self._delay(failures)
                 if first:
                     first = False
                     detail = f"{self.store.name}, {self.concurrency} at a time, lease {self.store.lease:g} s"
                     self.on_event(WorkerEvent("ready", None, detail=detail))
-                if self.until_idle and not claimed and not self._running:
+                if idle:
                     return
-                await self._wait(room=len(self._running) < self.concurrency)
+                room = len(self._running) < self.concurrency
+                await self._wait(timeout=max(0.0, next_look - time.monotonic()) if room else None)
         finally:
             await self._wind_down()
+
+    @property
+    def max_backoff(self) -> float:
+        """The longest wait between looks at a store that keeps failing: 10 polls, at most 30 s."""
+        return max(self.poll, min(30.0, 10 * self.poll))
+
+    def _delay(self, failures: int) -> float:
+        return min(self.max_backoff, self.poll * 2 ** max(0, failures - 1))
 
     async def _fill(self) -> int:
         room = self.concurrency - len(self._running)
@@ -183,13 +215,10 @@ class Worker:
             claimed += 1
         return claimed
 
-    async def _wait(self, *, room: bool) -> None:
+    async def _wait(self, *, timeout: float | None) -> None:
         stop = asyncio.create_task(self._stop.wait())
         try:
-            await asyncio.wait(
-                {stop, *self._running}, timeout=self.poll if room else None,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await asyncio.wait({stop, *self._running}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
         self._reap()

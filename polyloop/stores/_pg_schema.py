@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import psycopg.errors
 
 from .._errors import StoreError
 from ._pg_conn import first_line
@@ -142,8 +143,33 @@ async def ensure_schema(conn: psycopg.AsyncConnection[Any], *, create: bool, whe
                 await conn.execute(_MIGRATIONS[step])
             await conn.execute("DELETE FROM polyloop_schema")
             await conn.execute("INSERT INTO polyloop_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+    except psycopg.errors.InvalidSchemaName as exc:
+        raise StoreError(await _no_schema(conn, where)) from exc
     except psycopg.Error as exc:
         raise StoreError(f"cannot create the PolyLoop schema in {where}: {first_line(exc)}") from exc
+
+
+async def _no_schema(conn: psycopg.AsyncConnection[Any], where: str) -> str:
+    """What to say when no schema of the session's search_path exists (the server says only "no schema
+    has been selected to create in")."""
+    path = "?"
+    try:
+        cur = await conn.execute("SHOW search_path")  # the URL's `options=-csearch_path=...`, or the server's
+        row = await cur.fetchone()
+        path = row[0] if row else path
+    except psycopg.Error:
+        pass
+    names = [name.strip() for name in path.split(",") if name.strip() and name.strip() != '"$user"']
+    if len(names) == 1:
+        missing = f"the schema {names[0]} named by the search_path does not exist"
+        create = f"`CREATE SCHEMA {names[0]};`"
+    else:
+        missing = f"no schema of the search_path ({path}) exists"
+        create = "`CREATE SCHEMA name;`"
+    return (
+        f"cannot create the PolyLoop schema in {where}: {missing}; create it first ({create} as a user "
+        "allowed to), or name an existing schema in the URL (`?options=-csearch_path=NAME`)"
+    )
 
 
 async def _version(conn: psycopg.AsyncConnection[Any]) -> int | None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
+from .._errors import CorruptLogError, Problem, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
 from .._ids import check_run_id
 from .._records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
 from .._codec import ParsedLog, parse_log
@@ -29,6 +29,7 @@ from ._pg_append import append
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseLostError
+from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 
 if TYPE_CHECKING:
@@ -388,22 +389,22 @@ class PostgresStore:
 
     # -- reads ----------------------------------------------------------------
 
-    async def _raw(self, run_id: str) -> tuple[bytes, int]:
+    async def _raw(self, run_id: str) -> tuple[bytes, list[Problem]]:
+        """The log's lines and the breaches of its numbering (rule 35), in one query."""
         check_run_id(run_id)
         lease = self._leases.get(run_id)
         if lease is not None:  # the holder reads its own unsynced records back
             await self._flushed(lease)
         async with self._conn(run_id) as conn:
-            cur = await conn.execute(
-                "SELECT string_agg(body::text, E'\\n' ORDER BY seq), count(*) "
-                "FROM polyloop_records WHERE run_id = %s",
-                (run_id,),
-                prepare=True,
-            )
+            cur = await conn.execute(READ_ONE, {"run": run_id}, prepare=True)
             row = await cur.fetchone()
-        if row is None or not row[1]:
-            raise RunNotFoundError(run_id, self.where)
-        return (row[0] + "\n").encode(), int(row[1])
+            if row is None or not row[1]:
+                raise RunNotFoundError(run_id, self.where)
+            text, count, first, last, next_seq = row
+            problems: list[Problem] = []
+            if not numbered_right(count, first, last, next_seq):
+                problems = await numbering_problems(conn, run_id, count, first, last, next_seq)
+        return (text + "\n").encode(), problems
 
     async def read_log(self, run_id: str) -> list[Record]:
         """Every record of the run in sequence order.
@@ -426,9 +427,16 @@ class PostgresStore:
         return parsed.records
 
     async def read_parsed(self, run_id: str) -> ParsedLog:
-        """The log as the JSONL parser sees it (line N is the record of seq N-1), unjudged."""
-        data, _ = await self._raw(run_id)
-        return parse_log(data)
+        """The log as the JSONL parser sees it (line N is the record of seq N-1), unjudged.
+
+        Rows not numbered 0 .. n-1, or a run row whose `next_seq` is not n
+        (rows deleted or renumbered behind the library's back), are problems
+        too (rule 35): the log is corrupt, whatever its records say.
+        """
+        data, numbering = await self._raw(run_id)
+        parsed = parse_log(data)
+        parsed.problems += numbering
+        return parsed
 
     async def exists(self, run_id: str) -> bool:
         """Whether the run has a log (at least its `run_started`)."""
@@ -467,14 +475,14 @@ class PostgresStore:
         """
         for run_id in run_ids:
             check_run_id(run_id)
+        logs: dict[str, ParsedLog] = {}
         async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT run_id, string_agg(body::text, E'\\n' ORDER BY seq) "
-                "FROM polyloop_records WHERE run_id = ANY(%s) GROUP BY run_id",
-                (list(run_ids),),
-            )
-            rows = await cur.fetchall()
-        return {row[0]: parse_log((row[1] + "\n").encode()) for row in rows}
+            cur = await conn.execute(READ_MANY, (list(run_ids),))
+            for run_id, text, count, first, last, next_seq in await cur.fetchall():
+                parsed = logs[run_id] = parse_log((text + "\n").encode())
+                if not numbered_right(count, first, last, next_seq):
+                    parsed.problems += await numbering_problems(conn, run_id, count, first, last, next_seq)
+        return logs
 
     async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Check every run's log in the database, as `verify_logs` checks a directory.
@@ -669,6 +677,18 @@ class PostgresStore:
             )
             if cur.rowcount != 1:
                 raise RunNotFoundError(run_id, f"the failed or parked runs of {self.where}")
+
+    async def queued(self) -> int:
+        """How many runs are queued: claimable now, or held by a lease (live, or a dead worker's not lapsed yet).
+
+        A run stays `queued` while a worker runs it, so this is what a worker
+        that stops once the queue is idle waits for. Parked, failed,
+        finished and direct runs do not count.
+        """
+        async with self._conn() as conn:
+            cur = await conn.execute("SELECT count(*) FROM polyloop_runs WHERE status = 'queued'")
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
 
     async def claimable(self, limit: int) -> list[str]:
         """Up to `limit` queued runs no live lease holds, oldest submission first."""

@@ -78,10 +78,10 @@ class WorkerProcess:
     """`polyloop worker --json` as a real subprocess; its events are collected with arrival times."""
 
     def __init__(self, url: str, effects: Path, *, lease: float, concurrency: int = 1, slow: float = 0.2,
-                 steps: int = 6) -> None:
+                 steps: int = 6, extra: tuple[str, ...] = ()) -> None:
         env = {**os.environ, "PL_TEST_EFFECTS": str(effects), "PL_TEST_SLOW": str(slow), "PL_TEST_STEPS": str(steps)}
         cmd = [sys.executable, "-m", "polyloop", "worker", "--store", url, "--lease", str(lease),
-               "--concurrency", str(concurrency), "--poll", "0.1", "--json"]
+               "--concurrency", str(concurrency), "--poll", "0.1", "--json", *extra]
         self._stderr_path = effects.with_name(f"worker-{time.monotonic_ns()}.stderr")
         with open(self._stderr_path, "w") as err:
             self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)

@@ -144,6 +144,9 @@ def test_the_cli_submits_and_works(pg_url, pg_conn, tmp_path):
                           env={**env, "POLYLOOP_STORE": pg_url})
     assert work.returncode == 0, work.stderr
     assert f"claim     {run_id}  epoch 1" in work.stdout
+    # A worker-wide event's detail starts in the column of the run ids.
+    [ready] = [line for line in work.stdout.splitlines() if line.startswith("ready")]
+    assert ready.startswith("ready     pid "), ready
     assert f"finish    {run_id}  epoch 1  final_answer" in work.stdout
     check_invariants(pg_conn, run_id)
     bad = subprocess.run([*polyloop, "worker", "--store", "postgresql://postgres@127.0.0.1:1/x", "--json"],

@@ -223,6 +223,17 @@ async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_
         pg_conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+async def test_a_missing_schema_is_named_with_how_to_create_it(pg_url):
+    schema = f"pl_missing_{uuid.uuid4().hex[:10]}"
+    async with PostgresStore(with_search_path(pg_url, schema)) as store:
+        with pytest.raises(StoreError) as info:
+            await store.list_runs()
+    message = str(info.value)
+    assert f"the schema {schema} named by the search_path does not exist" in message
+    assert f"`CREATE SCHEMA {schema};`" in message and "\n" not in message
+    assert "no schema has been selected" not in message
+
+
 @pytest.mark.parametrize("batch_table", [False, True], ids=["plain-v1", "v1-with-a-lazy-batch-table"])
 async def test_a_version_1_database_is_migrated_keeping_its_runs_and_manifests(pg_url, pg_conn, batch_table):
     from polyloop.stores._pg_schema import _MIGRATIONS

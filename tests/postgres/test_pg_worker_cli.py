@@ -1,0 +1,134 @@
+"""`polyloop worker`'s contracts as a real process: --until-idle, exit codes, an unreachable server.
+
+Each test works on a database of its own (a fresh schema), so `--until-idle`
+and the queue see only this test's runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import time
+import uuid
+
+import psycopg
+import pytest
+
+from pg_helpers import (
+    AGENTS,
+    WorkerProcess,
+    check_effects,
+    check_invariants,
+    effects,
+    statuses,
+    submit_runs,
+    wait_for,
+    with_search_path,
+)
+from pg_proxy import Proxy
+
+
+def ids(label: str, n: int) -> list[str]:
+    tag = uuid.uuid4().hex[:8]
+    return [f"pgc-{label}-{tag}-{i}" for i in range(n)]
+
+
+def test_until_idle_waits_for_a_dead_workers_lease_and_takes_its_run_over(own_db, pg_conn, tmp_path):
+    done = tmp_path / "effects"
+    [run_id] = ids("idle", 1)
+    asyncio.run(submit_runs(own_db, f"{AGENTS}:reads", [run_id]))
+    dead = WorkerProcess(own_db, done, lease=3.0, slow=0.3)
+    try:
+        wait_for(lambda: effects(done), what="the first tool call")
+        dead.proc.send_signal(signal.SIGKILL)
+        dead.proc.wait()
+    finally:
+        dead.kill()
+    # The run is `queued` and held by a lease nobody renews: not claimable for up to 3 s.
+    idle = WorkerProcess(own_db, done, lease=1.0, slow=0.01, extra=("--until-idle",))
+    try:
+        assert idle.proc.wait(60) == 0, idle.stderr()
+    finally:
+        idle.kill()
+    assert [e["event"] for _, e in idle.events if e["run_id"] == run_id] == ["takeover", "finish"], idle.events
+    with psycopg.connect(own_db) as conn:
+        assert statuses(conn, [run_id]) == {run_id: "finished"}
+        check_invariants(conn, run_id)
+        check_effects(conn, [run_id], done)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_releases_every_lease_then_exits_130_for_sigint_and_0_for_sigterm(own_db, tmp_path, sig, code):
+    done = tmp_path / "effects"
+    run_ids = ids("sig", 2)
+    asyncio.run(submit_runs(own_db, f"{AGENTS}:mixed", run_ids))
+    worker = WorkerProcess(own_db, done, lease=30.0, concurrency=2, slow=0.3)
+    try:
+        wait_for(lambda: len(worker.seen("claim")) == 2, what="two claims")
+        worker.proc.send_signal(sig)
+        assert worker.proc.wait(30) == code, worker.stderr()
+    finally:
+        worker.kill()
+    assert len(worker.seen("released")) == 2
+    with psycopg.connect(own_db) as conn:
+        rows = conn.execute("SELECT holder, status FROM polyloop_runs WHERE run_id = ANY(%s)", (run_ids,)).fetchall()
+    assert rows == [(None, "queued")] * 2, "a lease was left to lapse"
+    if sig == signal.SIGINT:
+        assert worker.stderr() == "polyloop: interrupted; every lease this worker held was released\n"
+    else:
+        assert worker.stderr() == ""
+
+
+class Switch:
+    """The upstream of a proxy that can refuse every new connection (a server that is down)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.address = (host, port)
+        self.down = False
+
+    def __call__(self) -> socket.socket:
+        if self.down:
+            raise OSError("the server is down")
+        return socket.create_connection(self.address)
+
+
+def test_an_unreachable_server_is_reported_once_backed_off_and_without_raw_driver_warnings(own_db, tmp_path):
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(own_db)
+    if (info.get("host") or "127.0.0.1").startswith("/"):
+        pytest.skip("the proxy forwards TCP only; this server listens on a Unix socket")
+    switch = Switch(info.get("host") or "127.0.0.1", int(info.get("port") or 5432))
+    proxy = Proxy(switch)
+    schema = info["options"].partition("search_path=")[2]
+    via = with_search_path(f"postgresql://{info.get('user', 'postgres')}@127.0.0.1:{proxy.port}/{info['dbname']}", schema)
+    done = tmp_path / "effects"
+    [run_id] = ids("away", 1)
+    asyncio.run(submit_runs(own_db, f"{AGENTS}:reads", [run_id]))
+    worker = WorkerProcess(via, done, lease=1.0, slow=0.5, steps=12)
+    try:
+        wait_for(lambda: effects(done), what="the first tool call")
+        # The server goes away mid-run: statements in flight hang, then every connection is cut
+        # and no new one gets through, for several seconds (dozens of polls at 0.1 s).
+        switch.down = True
+        proxy.blackhole()
+        time.sleep(1.5)
+        proxy.cut()
+        proxy.restore()
+        time.sleep(5)
+        errors = [e for _, e in worker.events if e["event"] == "error" and e["run_id"] is None]
+        assert len(errors) == 1, f"the outage was reported {len(errors)} times: {errors}"
+        assert "backing off up to 1 s" in errors[0]["detail"]
+        switch.down = False
+        wait_for(lambda: worker.seen("recovered"), timeout=10, what="the worker to see the store again")
+        wait_for(lambda: worker.seen("finish", run_id), timeout=60, what="the run to finish")
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+        proxy.close()
+    # psycopg's own warnings (`query cancellation failed: ...`) came as events, if at all, never raw.
+    assert worker.stderr() == ""
+    assert all(e["detail"].startswith("psycopg: ") for _, e in worker.events if e["event"] == "warning")
+    with psycopg.connect(own_db) as conn:
+        check_invariants(conn, run_id)
