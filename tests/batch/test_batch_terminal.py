@@ -39,15 +39,19 @@ def _read_all(master: int, proc: subprocess.Popen[bytes], timeout: float = 60) -
     return seen
 
 
-def test_a_live_display_counts_runs_by_status_with_steps_per_second_and_an_eta(tmp_path):
-    world = World(tmp_path)
+def _twelve_quick_runs(world: World, *args: str, columns: int) -> tuple[int, bytes, bytes]:
+    """The exit code, what the terminal (stderr) showed and stdout of a batch of 12 short runs."""
     goals = world.goals([f"goal {n}" for n in range(12)])
-    proc, master = _on_a_terminal(world, world.argv("quick", goals, "--processes", "2", "--concurrency", "2"),
-                                  BATCH_SLOW="0.1", COLUMNS="160")
+    proc, master = _on_a_terminal(world, world.argv("quick", goals, *args), BATCH_SLOW="0.1", COLUMNS=str(columns))
     seen = _read_all(master, proc)
     out, _ = proc.communicate(timeout=60)
     os.close(master)
-    assert proc.returncode == 0, seen
+    return proc.returncode, seen, out
+
+
+def test_a_live_display_counts_runs_by_status_with_steps_per_second_and_an_eta(tmp_path):
+    code, seen, out = _twelve_quick_runs(World(tmp_path), "--processes", "2", "--concurrency", "2", columns=160)
+    assert code == 0, seen
     assert b"batch" in seen and b"steps/s" in seen and b"ETA" in seen and b"finished" in seen, seen
     assert b"done: every run finished" in out
 
@@ -64,14 +68,8 @@ def test_hostile_text_from_a_run_is_shown_inert(tmp_path):
 
 
 def test_an_80_column_terminal_keeps_the_bar_the_count_and_the_pace(tmp_path):
-    world = World(tmp_path)
-    goals = world.goals([f"goal {n}" for n in range(12)])
-    proc, master = _on_a_terminal(world, world.argv("quick", goals, "--processes", "1", "--concurrency", "2"),
-                                  BATCH_SLOW="0.1", COLUMNS="80")
-    seen = _read_all(master, proc)
-    proc.communicate(timeout=60)
-    os.close(master)
-    assert proc.returncode == 0, seen
+    code, seen, _ = _twelve_quick_runs(World(tmp_path), "--processes", "1", "--concurrency", "2", columns=80)
+    assert code == 0, seen
     frames = [f for f in seen.replace(b"\r", b"\n").split(b"\n") if b"steps/s" in f]
     assert frames, seen
     # The count of settled lines and the pace survive; the words are shortened, not the numbers.
