@@ -249,42 +249,126 @@ def reconcile(
 ) -> tuple[list[BatchLine], list[BatchLine], dict[str, dict[str, Any]]]:
     """Compare the lines with the manifest.
 
+    A recorded run is intact when a line still names its run id with its
+    digest; any other recorded run was displaced (its line changed, turned
+    bad or is gone). A line with a new run id that asks what a displaced run
+    asked has moved: it is reported `changed`, naming that run, and never
+    started again. While any recorded run is displaced, no line with a new
+    run id starts (the file is not what the batch first ran); new lines of an
+    otherwise unchanged file do.
+
     Returns:
-        The lines (a line whose run id was recorded for something else gets an
-        error), the recorded runs no line names any more (as error lines), and
-        the manifest to write: the recorded runs plus the new ones, never a
-        recorded entry rewritten.
+        The lines (a line that changed, moved or must wait gets an error),
+        the recorded runs no line names any more (as error lines), and the
+        manifest to write: the recorded runs plus the new ones that start,
+        never a recorded entry rewritten.
     """
+    intact = {
+        x.run_id for x in lines
+        if x.error is None and x.run_id in recorded and recorded[x.run_id].get("digest") == x.digest
+    }
+    displaced = {run_id: entry for run_id, entry in recorded.items() if run_id not in intact}
+    moved = _moves(lines, displaced, intact)
+    named = {x.run_id for x in lines if x.run_id is not None}
+    gone = [run_id for run_id in displaced if run_id not in named]
+    why = _what_differs(lines, displaced, gone)
     updated = dict(recorded)
     out = []
-    named = set()
     for line in lines:
-        if line.run_id is not None:
-            named.add(line.run_id)
-        entry = recorded.get(line.run_id) if line.run_id is not None else None
-        if line.error is None and entry is not None and entry.get("digest") != line.digest:
-            was = entry.get("line")
-            line = replace(
-                line,
-                changed=True,
-                error=f"the goals file changed: run {line.run_id} was planned for another goal "
-                f"(then on line {was}); restore the line, or give the batch a new --name",
-            )
-        elif line.error is None and line.run_id is not None and entry is None:
-            updated[line.run_id] = {"line": line.line, "digest": line.digest}
+        if line.error is None and line.run_id not in intact:
+            error = _changed(line, recorded, moved.get(line.line), why)
+            if error is None:
+                updated[line.run_id] = {"line": line.line, "digest": line.digest}  # type: ignore[index]
+            else:
+                line = replace(line, changed=True, error=error)
         out.append(line)
-    removed = [
-        BatchLine(
-            int(entry.get("line") or 0),
-            run_id,
-            changed=True,
-            error=f"the goals file changed: line {entry.get('line')} (run {run_id}) is gone; "
-            "restore it, or give the batch a new --name",
-        )
-        for run_id, entry in recorded.items()
-        if run_id not in named
-    ]
+    went = {run_id: number for number, (run_id, _) in moved.items()}
+    removed = [_gone(run_id, recorded[run_id], went.get(run_id)) for run_id in gone]
     return out, removed, updated
+
+
+def _moves(
+    lines: list[BatchLine], displaced: dict[str, dict[str, Any]], intact: set[str | None]
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Line number -> the displaced run whose goal and inputs that line now carries (each run claimed once)."""
+    by_digest: dict[Any, list[str]] = {}
+    for run_id, entry in sorted(displaced.items(), key=lambda kv: _line_of(kv[1])):
+        by_digest.setdefault(entry.get("digest"), []).append(run_id)
+    out = {}
+    for line in lines:
+        if line.error is not None or line.run_id in intact:
+            continue
+        candidates = [r for r in by_digest.get(line.digest, ()) if r != line.run_id]
+        if candidates:
+            by_digest[line.digest].remove(candidates[0])
+            out[line.line] = (candidates[0], displaced[candidates[0]])
+    return out
+
+
+def _changed(
+    line: BatchLine, recorded: dict[str, dict[str, Any]], moved: tuple[str, dict[str, Any]] | None, why: str | None
+) -> str | None:
+    """Why a line that is not intact does not run now (None: it is new and starts)."""
+    entry = recorded.get(line.run_id)  # type: ignore[arg-type]
+    if moved is not None:
+        other, was = moved
+        where = f"run {other} (then on line {was.get('line')})"
+        if entry is None:
+            return (
+                f"the goals file changed: this line asks what {where} asked, so it moved; it is not "
+                "started again as a new run: restore the goals file, or give the batch a new --name"
+            )
+        now = f"; this line now asks what {where} asked"
+    else:
+        now = ""
+    if entry is not None:
+        return (
+            f"the goals file changed: run {line.run_id} was planned for another goal "
+            f"(then on line {entry.get('line')}){now}; restore the goals file, or give the batch a new --name"
+        )
+    if why is not None:
+        return (
+            f"not started: the goals file changed since the batch first ran ({why}); restore it, "
+            "or give the batch a new --name"
+        )
+    return None
+
+
+def _what_differs(lines: list[BatchLine], displaced: dict[str, dict[str, Any]], gone: list[str]) -> str | None:
+    if not displaced:
+        return None
+    changed = sorted({x.line for x in lines if x.run_id in displaced})
+    parts = []
+    if changed:
+        parts.append(f"{_numbers(changed)} changed")
+    if gone:
+        parts.append(f"{_numbers(sorted({_line_of(displaced[r]) for r in gone}))} gone")
+    return " and ".join(parts)
+
+
+def _numbers(numbers: list[int], most: int = 5) -> str:
+    word = "line" if len(numbers) == 1 else "lines"
+    if len(numbers) > most:
+        return f"{word} {', '.join(map(str, numbers[:most]))} and {len(numbers) - most} more"
+    if len(numbers) == 1:
+        return f"{word} {numbers[0]}"
+    return f"{word} {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+
+
+def _line_of(entry: dict[str, Any]) -> int:
+    line = entry.get("line")
+    return line if isinstance(line, int) else 0
+
+
+def _gone(run_id: str, entry: dict[str, Any], now_on: int | None) -> BatchLine:
+    moved = f" (what it asked is now on line {now_on})" if now_on is not None else ""
+    return BatchLine(
+        _line_of(entry),
+        run_id,
+        changed=True,
+        error=f"the goals file changed: line {entry.get('line')} (run {run_id}) is gone{moved}; "
+        "restore it, or give the batch a new --name",
+    )
 
 
 def save_manifest(path: Path, *, name: str, target: str, runs: dict[str, dict[str, Any]]) -> None:

@@ -103,14 +103,14 @@ def test_a_changed_goals_file_is_reported_per_line_and_never_mixed(world):
     doc = world.batch("quick", goals, "--json").json()
     by_line = {r["line"]: r for r in doc["runs"]}
     assert by_line[2]["status"] == "changed" and "goals file changed" in by_line[2]["reason"]
-    assert [by_line[n]["status"] for n in (1, 3, 4)] == ["finished", "finished", "finished"]
-    assert by_line[4]["action"] == "started"
+    assert [by_line[n]["status"] for n in (1, 3)] == ["finished", "finished"]
+    assert by_line[4]["status"] == "changed" and by_line[4]["action"] == "none"  # not while line 2 differs
     assert doc["outcome"] == "failed"
     # The run of line 2 still holds the goal it started with.
     first = json.loads((world.runs / "goals-00002.jsonl").read_text().splitlines()[0])
     assert first["goal"] == "beta"
 
-    world.goals(["alpha", "beta"])  # restore line 2; lines 3 and 4 are gone
+    world.goals(["alpha", "beta"])  # restore line 2; line 3 is gone (line 4 never started)
     done = world.batch("quick", goals)
     assert done.code == 1
     assert "line 3, goals-00003: the goals file changed: line 3 (run goals-00003) is gone" in done.stdout

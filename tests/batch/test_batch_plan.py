@@ -114,10 +114,13 @@ def test_the_manifest_reports_changed_and_removed_lines_and_never_rewrites_an_en
 
     second = read_goals(["a", "B!", "c", "d"], name="n")
     lines, removed, updated = reconcile(second, load_manifest(path))
-    assert [x.error is None for x in lines] == [True, False, True, True]
+    assert [x.error is None for x in lines] == [True, False, True, False]
     assert lines[1].changed and "the goals file changed" in lines[1].error
-    assert updated["n-00002"] == runs["n-00002"]  # the first plan stays the reference
-    assert "n-00004" in updated
+    # A new line waits while the file differs from what the batch first ran.
+    assert lines[3].changed and "changed since the batch first ran (line 2 changed)" in lines[3].error
+    assert updated == runs  # the first plan stays the reference; nothing recorded for what waits
+    lines, _, updated = reconcile(read_goals(["a", "b", "c", "d"], name="n"), load_manifest(path))
+    assert [x.error for x in lines] == [None] * 4 and "n-00004" in updated  # a pure append starts
 
     third = read_goals(["a", "b"], name="n")
     lines, removed, _ = reconcile(third, load_manifest(path))
@@ -149,3 +152,31 @@ def test_one_invocation_of_a_batch_at_a_time(tmp_path):
                 pass
     with batch_lock(tmp_path, "n"):  # released on exit
         pass
+
+
+def test_a_line_that_moved_names_the_run_it_was_and_nothing_new_starts():
+    _, _, runs = reconcile(read_goals(["a", "", "b", "c"], name="n"), {})
+    lines, removed, updated = reconcile(read_goals(["a", "b", "c", "", "new"], name="n"), runs)
+    assert updated == runs
+    assert [x.error is None for x in lines] == [True, False, False, False]
+    assert all(x.changed for x in lines[1:])
+    assert "asks what run n-00003 (then on line 3) asked, so it moved" in lines[1].error
+    assert "run n-00003 was planned for another goal (then on line 3); this line now asks what run " \
+        "n-00004 (then on line 4) asked" in lines[2].error
+    assert "changed since the batch first ran (line 3 changed and line 4 gone)" in lines[3].error
+    assert [x.run_id for x in removed] == ["n-00004"]
+    assert "line 4 (run n-00004) is gone (what it asked is now on line 3)" in removed[0].error
+
+
+def test_the_same_goal_on_several_lines_is_several_rollouts():
+    _, _, runs = reconcile(read_goals(["x", "x"], name="n"), {})
+    lines, _, updated = reconcile(read_goals(["x", "x", "x"], name="n"), runs)
+    assert [x.error for x in lines] == [None, None, None] and "n-00003" in updated
+
+
+def test_a_recorded_line_that_turned_bad_keeps_its_own_error_and_holds_new_lines_back():
+    _, _, runs = reconcile(read_goals([{"goal": "a"}, {"goal": "b"}], name="n"), {})
+    lines, removed, _ = reconcile(read_goals([{"goal": "a"}, {"run_id": "n-00002"}, {"goal": "c"}], name="n"), runs)
+    assert lines[1].error.startswith('the line has no "goal"') and not lines[1].changed
+    assert lines[2].changed and "(line 2 changed)" in lines[2].error
+    assert removed == []

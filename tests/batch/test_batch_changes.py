@@ -1,0 +1,84 @@
+"""A goals file or target changed between two invocations: reported per line, never a goal run twice, never mixed."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from batch_helpers import World
+
+
+@pytest.fixture
+def world(tmp_path) -> World:
+    return World(tmp_path)
+
+
+def _stamps(world: World) -> Counter[str]:
+    return Counter(e["run_id"] for e in world.effects())
+
+
+def test_reordered_jsonl_lines_start_no_goal_a_second_time(world):
+    path = world.root / "g.jsonl"
+    path.write_text('{"goal": "x", "run_id": "foo"}\n{"goal": "y"}\n')
+    assert world.batch("stamper", path).code == 0
+    before = _stamps(world)
+    assert before == {"foo": 2, "g-00002": 2}
+
+    path.write_text('{"goal": "y"}\n{"goal": "z"}\n{"goal": "x", "run_id": "foo"}\n')
+    done = world.batch("stamper", path, "--json")
+    assert done.code == 1, done
+    by_line = {r["line"]: r for r in done.json()["runs"]}
+    moved = by_line[1]
+    assert (moved["run_id"], moved["status"], moved["action"]) == ("g-00001", "changed", "none")
+    assert "run g-00002 (then on line 2)" in moved["reason"], moved
+    assert by_line[2]["status"] == "changed" and "run g-00002 was planned for another goal" in by_line[2]["reason"]
+    assert (by_line[3]["status"], by_line[3]["action"]) == ("finished", "skipped")
+    assert _stamps(world) == before  # `y` did not run again, as g-00001 or otherwise
+    assert not (world.runs / "g-00001.jsonl").exists()
+    manifest = json.loads((world.runs / ".batch-g.json").read_text())
+    assert sorted(manifest["runs"]) == ["foo", "g-00002"]  # nothing recorded for what did not start
+
+
+def test_a_removed_blank_line_shifts_no_goal_into_a_new_run(world):
+    goals = world.goals(["a", "", "b", "c"])
+    assert world.batch("stamper", goals).code == 0
+    before = _stamps(world)
+    world.goals(["a", "b", "c"])
+    done = world.batch("stamper", goals, "--json")
+    assert done.code == 1, done
+    runs = done.json()["runs"]
+    assert [(r["run_id"], r["status"]) for r in runs] == [
+        ("goals-00001", "finished"),
+        ("goals-00002", "changed"),
+        ("goals-00003", "changed"),
+        ("goals-00004", "changed"),
+    ]
+    assert "run goals-00003 (then on line 3)" in runs[1]["reason"]
+    assert "is gone" in runs[3]["reason"]
+    assert _stamps(world) == before
+    assert not (world.runs / "goals-00002.jsonl").exists()
+
+
+def test_new_lines_wait_while_the_file_differs_from_what_the_batch_first_ran(world):
+    goals = world.goals(["alpha", "beta", "gamma"])
+    assert world.batch("quick", goals).code == 0
+    world.goals(["alpha", "BETA", "gamma", "delta"])
+    doc = world.batch("quick", goals, "--json").json()
+    new = doc["runs"][3]
+    assert (new["run_id"], new["status"], new["action"]) == ("goals-00004", "changed", "none")
+    assert "the goals file changed since the batch first ran" in new["reason"]
+    assert "line 2" in new["reason"] and "restore it, or give the batch a new --name" in new["reason"]
+    assert not (world.runs / "goals-00004.jsonl").exists()
+    world.goals(["alpha", "beta", "gamma", "delta"])  # restored, plus the new line: a pure append
+    again = world.batch("quick", goals, "--json").json()
+    assert [r["status"] for r in again["runs"]] == ["finished"] * 4
+    assert again["runs"][3]["action"] == "started"
+
+
+def test_the_same_goal_appended_again_is_a_new_rollout(world):
+    goals = world.goals(["same", "same"])
+    assert world.batch("quick", goals).code == 0
+    world.goals(["same", "same", "same"])
+    doc = world.batch("quick", goals, "--json").json()
+    assert [r["action"] for r in doc["runs"]] == ["skipped", "skipped", "started"]
