@@ -26,6 +26,7 @@ from ._agent import default_directory
 from ._batch_plan import (
     BatchError,
     BatchLine,
+    Manifest,
     batch_lock,
     check_name,
     default_name,
@@ -78,7 +79,10 @@ def run_batch(
     interrupted ones resumed, runs waiting for an operator left parked, and
     the rest started. A line that differs from what its run (or the batch
     manifest, `DIR/.batch-NAME.json`) recorded is reported `changed` and not
-    run: goals are never silently mixed. A bad line is reported `invalid`;
+    run: goals are never silently mixed. A line that moved (its goal and
+    inputs are a recorded run's of another line) is not started again, no
+    new line starts while a recorded line differs, and nothing starts when
+    the manifest recorded another `target`. A bad line is reported `invalid`;
     the other lines still run.
 
     With a `postgresql://` URL as `directory`, the runs live in that
@@ -145,12 +149,12 @@ def run_batch(
         keeper = _DirectoryBatch(Path(spec), name)
     with keeper:
         recorded = keeper.load()
-        lines, removed, runs = reconcile(lines, recorded)
+        lines, removed, runs = reconcile(lines, recorded, target=target)
         if not lines and not removed:  # nothing now, nothing before: a wrong or empty file
             where = f"the goals file {os.fspath(goals)}" if is_file else "the goals given"  # type: ignore[arg-type]
             raise BatchError(f"{where} has no goals: every line is blank")
-        if runs != recorded or not keeper.saved:
-            keeper.save(target=target, runs=runs)
+        if runs != recorded.runs or not keeper.saved:
+            keeper.save(target=recorded.target or target, runs=runs)  # the first target stays
         supervisor = _Supervisor(
             name, target, spec, lines, removed,
             processes=processes or _cores(), concurrency=concurrency, progress=progress,
@@ -183,7 +187,7 @@ class _DirectoryBatch:
         if self._hold is not None:
             self._hold.__exit__(*exc)
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def load(self) -> Manifest:
         recorded = load_manifest(self.manifest)
         self.saved = self.manifest.exists()
         return recorded

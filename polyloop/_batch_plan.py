@@ -9,9 +9,10 @@ The rules a reader of docs/how-to/run-a-thousand-rollouts.md relies on:
   and line numbers are the file's own (1-based, blank lines counted).
 * A line without a `run_id` runs as `NAME-LLLLL`: the batch name and the line
   number, zero-padded to five digits.
-* The manifest `DIR/.batch-NAME.json` records, per run id, the line and a hash
-  of what that line asked for the first time the batch saw it; it is only ever
-  added to, so a changed or removed line is reported on every later invocation.
+* The manifest `DIR/.batch-NAME.json` records the target the batch first ran
+  and, per run id, the line and a hash of what that line asked for the first
+  time the batch saw it; it is only ever added to, so a changed or removed
+  line (or another target) is reported on every later invocation.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import inspect
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,17 @@ class BatchLine:
     digest: str | None = None
     error: str | None = None
     changed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What a batch recorded: the target it first ran (None before its first run) and its runs.
+
+    `runs` maps a run id to `{"line", "digest"}` as first planned.
+    """
+
+    target: str | None = None
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def default_name(goals: str | os.PathLike[str]) -> str:
@@ -227,12 +239,12 @@ def manifest_path(directory: Path, name: str) -> Path:
     return directory / f".batch-{name}.json"
 
 
-def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The manifest's runs (`run_id -> {"line", "digest"}`); empty when there is none yet."""
+def load_manifest(path: Path) -> Manifest:
+    """The manifest at `path`; an empty one when there is none yet."""
     try:
         doc = orjson.loads(path.read_bytes())
     except FileNotFoundError:
-        return {}
+        return Manifest()
     except (OSError, orjson.JSONDecodeError) as exc:
         raise BatchError(
             f"the batch manifest {path} cannot be read ({exc}); it is written atomically, so "
@@ -241,13 +253,17 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION or not isinstance(runs, dict):
         raise BatchError(f"the batch manifest {path} is not a version {MANIFEST_VERSION} manifest")
-    return runs
+    target = doc.get("target")
+    return Manifest(target if isinstance(target, str) else None, runs)
 
 
 def reconcile(
-    lines: list[BatchLine], recorded: dict[str, dict[str, Any]]
+    lines: list[BatchLine], manifest: Manifest, *, target: str
 ) -> tuple[list[BatchLine], list[BatchLine], dict[str, dict[str, Any]]]:
-    """Compare the lines with the manifest.
+    """Compare the lines, and the target they are to run with, with the manifest.
+
+    A batch recorded with another target starts nothing: every line that
+    could run is reported `changed`, naming both targets.
 
     A recorded run is intact when a line still names its run id with its
     digest; any other recorded run was displaced (its line changed, turned
@@ -263,6 +279,19 @@ def reconcile(
         manifest to write: the recorded runs plus the new ones that start,
         never a recorded entry rewritten.
     """
+    recorded = manifest.runs
+    if manifest.target is not None and manifest.target != target:
+        error = (
+            f"the batch first ran with the agent target {manifest.target}, not {target}; nothing "
+            "starts with another agent: run the batch with that target, or give it a new --name"
+        )
+        named = {x.run_id for x in lines}
+        others = [
+            BatchLine(_line_of(entry), run_id, changed=True, error=error)
+            for run_id, entry in recorded.items() if run_id not in named
+        ]
+        out = [x if x.error is not None else replace(x, changed=True, error=error) for x in lines]
+        return out, others, dict(recorded)
     intact = {
         x.run_id for x in lines
         if x.error is None and x.run_id in recorded and recorded[x.run_id].get("digest") == x.digest

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 import pytest
-from batch_helpers import World
+from batch_helpers import World, target
 
 
 @pytest.fixture
@@ -82,3 +82,21 @@ def test_the_same_goal_appended_again_is_a_new_rollout(world):
     world.goals(["same", "same", "same"])
     doc = world.batch("quick", goals, "--json").json()
     assert [r["action"] for r in doc["runs"]] == ["skipped", "skipped", "started"]
+
+
+def test_another_target_starts_nothing_and_the_recorded_one_stays(world):
+    goals = world.goals(["a", "b"])
+    assert world.batch("quick", goals).code == 0
+    manifest = world.runs / ".batch-goals.json"
+    recorded = json.loads(manifest.read_text())
+    world.goals(["a", "b", "c"])
+    done = world.batch("stamper", goals, "--json")
+    assert done.code == 1, done
+    runs = done.json()["runs"]
+    assert [(r["status"], r["action"]) for r in runs] == [("changed", "none")] * 3
+    for r in runs:
+        assert target("quick") in r["reason"] and target("stamper") in r["reason"], r
+        assert "--name" in r["reason"]
+    assert not (world.runs / "goals-00003.jsonl").exists() and world.effects() == []
+    assert json.loads(manifest.read_text()) == recorded
+    assert world.batch("quick", goals).code == 0  # the recorded target carries on, with the new line
