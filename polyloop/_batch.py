@@ -94,7 +94,10 @@ def run_batch(
     Args:
         target: the agent, `path/to/file.py:name` or `module.path:name`.
         goals: a goals file (JSONL of `{"goal", "run_id"?, "inputs"?}`, or
-            one goal per line), or its lines (strings, or mappings).
+            one goal per line; its path, or the file opened), or lines as
+            Python items: a string is one goal (never parsed as JSON), a
+            mapping is a line's object, the two may mix; any other item is
+            reported `invalid`.
         name: the batch name (default: the goals file's stem, made safe;
             `batch` for lines given directly).
         directory: where the logs live (default: `$POLYLOOP_DIR`, else

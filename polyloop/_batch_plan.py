@@ -3,7 +3,8 @@
 The rules a reader of docs/how-to/run-a-thousand-rollouts.md relies on:
 
 * A goals file is JSONL when its first non-blank line starts with `{`; otherwise
-  every non-blank line is one goal (surrounding whitespace stripped).
+  every non-blank line is one goal (surrounding whitespace stripped). Lines
+  given as Python items are goals (a string) or line objects (a mapping).
 * A JSONL line is an object with a string `goal`, an optional `run_id` and an
   optional `inputs`; other keys are ignored. Blank lines are skipped in both forms,
   and line numbers are the file's own (1-based, blank lines counted).
@@ -21,6 +22,7 @@ import contextlib
 import fcntl
 import hashlib
 import inspect
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -102,7 +104,12 @@ def accepts_inputs() -> bool:
 
 
 def read_goals(source: Any, *, name: str) -> list[BatchLine]:
-    """Plan every line of `source`: a path to a goals file, or its lines (str or mappings).
+    """Plan every line of `source`: a goals file (a path, or the file opened), or lines given as Python items.
+
+    A goals file's lines are JSONL or plain text, decided by its first
+    non-blank line. Given as Python items, a string is always one goal (even
+    one that looks like JSON) and a mapping is a line's object; any other
+    item is a bad line.
 
     Raises:
         BatchError: the file cannot be read (missing, a directory, unreadable).
@@ -124,12 +131,17 @@ def read_goals(source: Any, *, name: str) -> list[BatchLine]:
         raw = list(source)
     else:
         raise TypeError(f"goals must be a path or an iterable of lines, not {type(source).__name__}")
-    jsonl = _is_jsonl(raw)
+    from_file = isinstance(source, str | os.PathLike | io.IOBase)
+    jsonl = from_file and _is_jsonl(raw)
     inputs_ok = accepts_inputs()
     lines: list[BatchLine] = []
     seen: dict[str, int] = {}
     for number, item in enumerate(raw, start=1):
-        planned = _plan_line(number, item, name=name, jsonl=jsonl, inputs_ok=inputs_ok)
+        default_id = f"{name}-{number:05d}"
+        if from_file:
+            planned = _plan_line(number, item, default_id=default_id, jsonl=jsonl, inputs_ok=inputs_ok)
+        else:
+            planned = _plan_item(number, item, default_id=default_id, inputs_ok=inputs_ok)
         if planned is None:
             continue
         if planned.run_id is not None and planned.error is None:
@@ -151,8 +163,6 @@ def _text(item: Any) -> str | None:
 
 def _is_jsonl(raw: list[Any]) -> bool:
     for item in raw:
-        if isinstance(item, Mapping):
-            return True
         text = _text(item)
         if text is None:
             continue
@@ -162,26 +172,37 @@ def _is_jsonl(raw: list[Any]) -> bool:
     return False
 
 
-def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: bool) -> BatchLine | None:
-    default_id = f"{name}-{number:05d}"
-    text = None if isinstance(item, Mapping) else _text(item)
-    if text is not None and not text.strip().lstrip("\ufeff"):
-        return None  # blank lines are skipped, but keep their number
-    if not isinstance(item, Mapping) and text is None:
-        return BatchLine(number, default_id, error="the line is not UTF-8 text")
-    if not jsonl:
-        assert text is not None
-        goal = text.strip().lstrip("\ufeff")
-        return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None))
+def _plan_item(number: int, item: Any, *, default_id: str, inputs_ok: bool) -> BatchLine | None:
+    """A line given as a Python item: a string is a goal, a mapping a line's object."""
     if isinstance(item, Mapping):
-        obj: Any = item
-    else:
-        try:
-            obj = orjson.loads(text.lstrip("\ufeff"))  # type: ignore[union-attr]  (a BOM some editors write)
-        except orjson.JSONDecodeError as exc:
-            return BatchLine(number, default_id, error=f"the line is not JSON ({exc})")
+        return _plan_object(number, item, default_id=default_id, inputs_ok=inputs_ok)
+    if not isinstance(item, str):
+        return BatchLine(number, default_id, error=f"the line is {_python_kind(item)}: give a goal string or a mapping")
+    goal = item.strip()
+    return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None)) if goal else None
+
+
+def _plan_line(number: int, item: Any, *, default_id: str, jsonl: bool, inputs_ok: bool) -> BatchLine | None:
+    """A line of a goals file (bytes, or str from a file opened as text)."""
+    text = _text(item)
+    if text is None:
+        return BatchLine(number, default_id, error="the line is not UTF-8 text")
+    stripped = text.lstrip("\ufeff")  # a BOM some editors write
+    if not stripped.strip():
+        return None  # blank lines are skipped, but keep their number
+    if not jsonl:
+        goal = stripped.strip()
+        return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None))
+    try:
+        obj = orjson.loads(stripped)
+    except orjson.JSONDecodeError as exc:
+        return BatchLine(number, default_id, error=f"the line is not JSON ({exc})")
     if not isinstance(obj, Mapping):
         return BatchLine(number, default_id, error=f"the line is {_json_kind(obj)}, not a JSON object")
+    return _plan_object(number, obj, default_id=default_id, inputs_ok=inputs_ok)
+
+
+def _plan_object(number: int, obj: Mapping[str, Any], *, default_id: str, inputs_ok: bool) -> BatchLine:
     run_id = obj.get("run_id", default_id)
     try:
         run_id = check_run_id(run_id)
@@ -208,6 +229,15 @@ def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: boo
             error='"inputs" must be an object of input names to file or directory paths ({"contract": "a.pdf"})',
         )
     return BatchLine(number, run_id, goal=goal, inputs=inputs, digest=goal_digest(goal, inputs))
+
+
+def _python_kind(item: Any) -> str:
+    if item is None:
+        return "None"
+    if isinstance(item, bytes | bytearray):
+        return "bytes"
+    kind = type(item).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
 
 
 def _json_kind(value: Any) -> str:

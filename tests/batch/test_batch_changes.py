@@ -8,6 +8,8 @@ from collections import Counter
 import pytest
 from batch_helpers import World, target
 
+from polyloop import run_batch
+
 
 @pytest.fixture
 def world(tmp_path) -> World:
@@ -100,3 +102,32 @@ def test_another_target_starts_nothing_and_the_recorded_one_stays(world):
     assert not (world.runs / "goals-00003.jsonl").exists() and world.effects() == []
     assert json.loads(manifest.read_text()) == recorded
     assert world.batch("quick", goals).code == 0  # the recorded target carries on, with the new line
+
+
+def test_strings_and_mappings_mix_and_other_items_are_a_clear_line_error(world):
+    report = run_batch(target("quick"), ["a", {"goal": "b", "run_id": "bee"}, "c"], name="mix",
+                       directory=world.runs, processes=1)
+    assert [(r.run_id, r.status) for r in report.runs] == [
+        ("mix-00001", "finished"), ("bee", "finished"), ("mix-00003", "finished")
+    ]
+    report = run_batch(target("quick"), ["a", 5, None, b"x"], name="odd", directory=world.runs, processes=1)
+    assert [r.status for r in report.runs] == ["finished", "invalid", "invalid", "invalid"]
+    assert report.runs[1].reason == "the line is an int: give a goal string or a mapping"
+    assert report.runs[2].reason == "the line is None: give a goal string or a mapping"
+    assert report.runs[3].reason == "the line is bytes: give a goal string or a mapping"
+
+
+def test_a_string_given_as_an_item_is_a_goal_even_when_it_looks_like_json(world):
+    report = run_batch(target("quick"), ['{"not": "a line object"}', {"goal": "g"}], name="j",
+                       directory=world.runs, processes=1)
+    assert [r.status for r in report.runs] == ["finished", "finished"]
+    first = json.loads((world.runs / "j-00001.jsonl").read_text().splitlines()[0])
+    assert first["goal"] == '{"not": "a line object"}'
+
+
+def test_an_open_goals_file_reads_like_its_path(world):
+    path = world.root / "f.jsonl"
+    path.write_text('{"goal": "g", "run_id": "from-file"}\n')
+    with path.open() as f:
+        report = run_batch(target("quick"), f, name="f", directory=world.runs, processes=1)
+    assert [(r.run_id, r.status) for r in report.runs] == [("from-file", "finished")]

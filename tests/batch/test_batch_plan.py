@@ -84,6 +84,14 @@ def test_lines_can_be_given_directly(tmp_path):
     assert [(x.run_id, x.goal) for x in lines] == [("x-00001", "one"), ("x-00002", "two")]
     lines = read_goals([{"goal": "g", "run_id": "r"}], name="x")
     assert [(x.run_id, x.goal) for x in lines] == [("r", "g")]
+    lines = read_goals(["a", {"goal": "b", "run_id": "bee"}, "  ", '{"goal": "c"}', 5, [1]], name="x")
+    assert [(x.line, x.run_id, x.goal, x.error) for x in lines] == [
+        (1, "x-00001", "a", None),
+        (2, "bee", "b", None),
+        (4, "x-00004", '{"goal": "c"}', None),  # a string item is a goal, whatever it looks like
+        (5, "x-00005", None, "the line is an int: give a goal string or a mapping"),
+        (6, "x-00006", None, "the line is a list: give a goal string or a mapping"),
+    ]
 
 
 @pytest.mark.parametrize(
