@@ -11,9 +11,10 @@ The rules a reader of docs/how-to/run-a-thousand-rollouts.md relies on:
 * A line without a `run_id` runs as `NAME-LLLLL`: the batch name and the line
   number, zero-padded to five digits.
 * The manifest `DIR/.batch-NAME.json` records the target the batch first ran
-  and, per run id, the line and a hash of what that line asked for the first
-  time the batch saw it; it is only ever added to, so a changed or removed
-  line (or another target) is reported on every later invocation.
+  and, per run id, the line and hashes of what that line asked (goal and
+  inputs together, and apart) the first time the batch saw it; it is only
+  ever added to, so a changed or removed line (or another target) is
+  reported on every later invocation.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class BatchLine:
 class Manifest:
     """What a batch recorded: the target it first ran (None before its first run) and its runs.
 
-    `runs` maps a run id to `{"line", "digest"}` as first planned.
+    `runs` maps a run id to `{"line", "digest", "goal_digest", "inputs_digest"}`
+    as first planned (entries of older manifests have only the first two).
     """
 
     target: str | None = None
@@ -196,7 +198,10 @@ def _plan_line(number: int, item: Any, *, default_id: str, jsonl: bool, inputs_o
     try:
         obj = orjson.loads(stripped)
     except orjson.JSONDecodeError as exc:
-        return BatchLine(number, default_id, error=f"the line is not JSON ({exc})")
+        # orjson's "line 1 column N" counts within this one line: say it in the file's terms
+        # (a BOM is not counted, as editors do not show it)
+        where = f"column {exc.colno} of line {number}"
+        return BatchLine(number, default_id, error=f"the line is not JSON ({exc.msg} at {where})")
     if not isinstance(obj, Mapping):
         return BatchLine(number, default_id, error=f"the line is {_json_kind(obj)}, not a JSON object")
     return _plan_object(number, obj, default_id=default_id, inputs_ok=inputs_ok)
@@ -254,7 +259,14 @@ def _json_kind(value: Any) -> str:
 
 def goal_digest(goal: str, inputs: Any) -> str:
     """A stable hash of what a line asks for (its goal and inputs)."""
-    doc = {"goal": goal} if inputs is None else {"goal": goal, "inputs": inputs}
+    return _sha256({"goal": goal} if inputs is None else {"goal": goal, "inputs": inputs})
+
+
+def _inputs_digest(inputs: Any) -> str | None:
+    return None if inputs is None else _sha256(inputs)
+
+
+def _sha256(doc: Any) -> str:
     try:
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     except TypeError:
@@ -337,7 +349,7 @@ def reconcile(
         if line.error is None and line.run_id not in intact:
             error = _changed(line, recorded, moved.get(line.line), why)
             if error is None:
-                updated[line.run_id] = {"line": line.line, "digest": line.digest}  # type: ignore[index]
+                updated[line.run_id] = _entry(line)  # type: ignore[index]
             else:
                 line = replace(line, changed=True, error=error)
         out.append(line)
@@ -382,8 +394,8 @@ def _changed(
         now = ""
     if entry is not None:
         return (
-            f"the goals file changed: run {line.run_id} was planned for another goal "
-            f"(then on line {entry.get('line')}){now}; restore the goals file, or give the batch a new --name"
+            f"the goals file changed: run {line.run_id} was planned {_what_changed(entry, line)}"
+            f"{now}; restore the goals file, or give the batch a new --name"
         )
     if why is not None:
         return (
@@ -391,6 +403,29 @@ def _changed(
             "or give the batch a new --name"
         )
     return None
+
+
+def _entry(line: BatchLine) -> dict[str, Any]:
+    # `goal_digest` and `inputs_digest` say which part of a changed line changed (older entries lack them).
+    return {
+        "line": line.line,
+        "digest": line.digest,
+        "goal_digest": goal_digest(line.goal or "", None),
+        "inputs_digest": _inputs_digest(line.inputs),
+    }
+
+
+def _what_changed(entry: dict[str, Any], line: BatchLine) -> str:
+    then = f"(then on line {entry.get('line')})"
+    if "goal_digest" not in entry:  # written before the parts were recorded
+        return f"for another goal or other inputs {then}"
+    goal = entry["goal_digest"] != goal_digest(line.goal or "", None)
+    inputs = entry.get("inputs_digest") != _inputs_digest(line.inputs)
+    if goal and inputs:
+        return f"for another goal with other inputs {then}"
+    if goal:
+        return f"for another goal {then}"
+    return f"with other inputs {then[:-1]}; the goal is the same)"
 
 
 def _what_differs(lines: list[BatchLine], displaced: dict[str, dict[str, Any]], gone: list[str]) -> str | None:

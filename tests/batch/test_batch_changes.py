@@ -131,3 +131,17 @@ def test_an_open_goals_file_reads_like_its_path(world):
     with path.open() as f:
         report = run_batch(target("quick"), f, name="f", directory=world.runs, processes=1)
     assert [(r.run_id, r.status) for r in report.runs] == [("from-file", "finished")]
+
+
+def test_changed_inputs_say_it_was_the_inputs(world):
+    one, two = world.root / "one.txt", world.root / "two.txt"
+    one.write_text("1")
+    two.write_text("2")
+    items = [{"goal": "read", "inputs": {"doc": str(one)}}, {"goal": "other", "inputs": {"doc": str(one)}}]
+    assert run_batch(target("quick"), items, name="in", directory=world.runs, processes=1).outcome == "finished"
+    items = [{"goal": "read", "inputs": {"doc": str(two)}}, {"goal": "another", "inputs": {"doc": str(two)}}]
+    report = run_batch(target("quick"), items, name="in", directory=world.runs, processes=1)
+    assert [r.status for r in report.runs] == ["changed", "changed"]
+    assert "run in-00001 was planned with other inputs" in report.runs[0].reason
+    assert "the goal is the same" in report.runs[0].reason
+    assert "run in-00002 was planned for another goal with other inputs" in report.runs[1].reason

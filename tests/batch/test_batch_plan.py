@@ -215,3 +215,22 @@ def test_the_manifest_keeps_its_target(tmp_path):
     assert load_manifest(path) == Manifest()
     save_manifest(path, name="n", target=T, runs={"n-00001": {"line": 1, "digest": "d"}})
     assert load_manifest(path) == Manifest(T, {"n-00001": {"line": 1, "digest": "d"}})
+
+
+def test_a_json_error_names_the_column_of_the_file_line(tmp_path):
+    lines = plan(tmp_path, '{"goal": "first"}\n{"goal": oops}\n')
+    error = lines[1].error
+    assert error.startswith("the line is not JSON (") and "column 10 of line 2" in error, error
+    assert "line 1" not in error and "(char" not in error
+    bom = plan(tmp_path, '\ufeff{goal}\n')[0].error
+    assert "column 2 of line 1" in bom, bom  # as an editor counts: the BOM it does not show is not
+
+
+def test_an_entry_of_an_older_manifest_still_compares_and_says_less():
+    old = {"n-00001": {"line": 1, "digest": read_goals(["a"], name="n")[0].digest}}
+    lines, _, updated = reconcile(read_goals(["a", "b"], name="n"), Manifest(T, old), target=T)
+    assert [x.error for x in lines] == [None, None]
+    assert updated["n-00001"] == old["n-00001"]  # never rewritten, not even to add the new fields
+    assert set(updated["n-00002"]) == {"line", "digest", "goal_digest", "inputs_digest"}
+    lines, _, _ = reconcile(read_goals(["A"], name="n"), Manifest(T, old), target=T)
+    assert "run n-00001 was planned for another goal or other inputs (then on line 1)" in lines[0].error
