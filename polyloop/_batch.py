@@ -150,12 +150,13 @@ def run_batch(
         wait_active = max(wait_active, lease + 2.0)
     else:
         keeper = _DirectoryBatch(Path(spec), name)
+        if not lines and not keeper.manifest.exists():  # refused before the hold: nothing is left behind
+            raise _no_goals(goals, is_file)
     with keeper:
         recorded = keeper.load()
         lines, removed, runs = reconcile(lines, recorded, target=target)
         if not lines and not removed:  # nothing now, nothing before: a wrong or empty file
-            where = f"the goals file {os.fspath(goals)}" if is_file else "the goals given"  # type: ignore[arg-type]
-            raise BatchError(f"{where} has no goals: every line is blank")
+            raise _no_goals(goals, is_file)
         if runs != recorded.runs or not keeper.saved:
             keeper.save(target=recorded.target or target, runs=runs)  # the first target stays
         supervisor = _Supervisor(
@@ -164,6 +165,11 @@ def run_batch(
             wait_active=wait_active, lease=lease,
         )
         return supervisor.report(supervisor.run())
+
+
+def _no_goals(goals: Any, is_file: bool) -> BatchError:
+    where = f"the goals file {os.fspath(goals)}" if is_file else "the goals given"
+    return BatchError(f"{where} has no goals: every line is blank")
 
 
 class _DirectoryBatch:

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from batch_helpers import World, target
 
-from polyloop import run_batch
+from polyloop import BatchError, run_batch
 
 
 @pytest.fixture
@@ -145,3 +145,14 @@ def test_changed_inputs_say_it_was_the_inputs(world):
     assert "run in-00001 was planned with other inputs" in report.runs[0].reason
     assert "the goal is the same" in report.runs[0].reason
     assert "run in-00002 was planned for another goal with other inputs" in report.runs[1].reason
+
+
+def test_a_file_of_blank_lines_leaves_nothing_behind(world):
+    goals = world.goals(["", "  "])
+    with pytest.raises(BatchError, match="has no goals"):
+        run_batch(target("quick"), goals, directory=world.runs, processes=1)
+    assert not world.runs.exists()
+    world.runs.mkdir()
+    with pytest.raises(BatchError, match="has no goals"):
+        run_batch(target("quick"), goals, directory=world.runs, processes=1)
+    assert list(world.runs.iterdir()) == []
