@@ -87,8 +87,11 @@ def command(
     is the resume: finished runs are skipped, interrupted ones resumed, runs
     that need an operator stay parked (the settle commands are printed), and
     the rest start. A line that changed since the batch first ran is
-    reported, never run against the old run's log; a bad line is reported
-    and the other lines still run. Runs are spread over worker processes; a
+    reported, never run against the old run's log; a line that moved
+    (deleted, inserted or reordered lines) is not started again under a new
+    run id, no new line starts while a recorded line differs, and nothing
+    starts with another TARGET than the batch first ran. A bad line is
+    reported and the other lines still run. Runs are spread over worker processes; a
     worker that dies is replaced and its runs resumed.
 
     With --store postgresql://... the runs live in the database: each worker

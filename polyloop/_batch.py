@@ -26,6 +26,7 @@ from ._agent import default_directory
 from ._batch_plan import (
     BatchError,
     BatchLine,
+    Manifest,
     batch_lock,
     check_name,
     default_name,
@@ -82,7 +83,10 @@ def run_batch(
     interrupted ones resumed, runs waiting for an operator left parked, and
     the rest started. A line that differs from what its run (or the batch
     manifest, `DIR/.batch-NAME.json`) recorded is reported `changed` and not
-    run: goals are never silently mixed. A bad line is reported `invalid`;
+    run: goals are never silently mixed. A line that moved (its goal and
+    inputs are a recorded run's of another line) is not started again, no
+    new line starts while a recorded line differs, and nothing starts when
+    the manifest recorded another `target`. A bad line is reported `invalid`;
     the other lines still run.
 
     With a `postgresql://` URL as `directory`, the runs live in that
@@ -94,7 +98,10 @@ def run_batch(
     Args:
         target: the agent, `path/to/file.py:name` or `module.path:name`.
         goals: a goals file (JSONL of `{"goal", "run_id"?, "inputs"?}`, or
-            one goal per line), or its lines (strings, or mappings).
+            one goal per line; its path, or the file opened), or lines as
+            Python items: a string is one goal (never parsed as JSON), a
+            mapping is a line's object, the two may mix; any other item is
+            reported `invalid`.
         name: the batch name (default: the goals file's stem, made safe;
             `batch` for lines given directly).
         directory: where the logs live, or a `postgresql://` URL (default:
@@ -148,20 +155,26 @@ def run_batch(
         wait_active = max(wait_active, lease + 2.0)
     else:
         keeper = _DirectoryBatch(Path(spec), name)
+        if not lines and not keeper.manifest.exists():  # refused before the hold: nothing is left behind
+            raise _no_goals(goals, is_file)
     with keeper:
         recorded = keeper.load()
-        lines, removed, runs = reconcile(lines, recorded)
+        lines, removed, runs = reconcile(lines, recorded, target=target)
         if not lines and not removed:  # nothing now, nothing before: a wrong or empty file
-            where = f"the goals file {os.fspath(goals)}" if is_file else "the goals given"  # type: ignore[arg-type]
-            raise BatchError(f"{where} has no goals: every line is blank")
-        if runs != recorded or not keeper.saved:
-            keeper.save(target=target, runs=runs)
+            raise _no_goals(goals, is_file)
+        if runs != recorded.runs or not keeper.saved:
+            keeper.save(target=recorded.target or target, runs=runs)  # the first target stays
         supervisor = _Supervisor(
             name, target, spec, lines, removed,
             processes=processes or _cores(), concurrency=concurrency, progress=progress,
             wait_active=wait_active, lease=lease,
         )
         return supervisor.report(supervisor.run())
+
+
+def _no_goals(goals: Any, is_file: bool) -> BatchError:
+    where = f"the goals file {os.fspath(goals)}" if is_file else "the goals given"
+    return BatchError(f"{where} has no goals: every line is blank")
 
 
 class _DirectoryBatch:
@@ -188,7 +201,7 @@ class _DirectoryBatch:
         if self._hold is not None:
             self._hold.__exit__(*exc)
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def load(self) -> Manifest:
         recorded = load_manifest(self.manifest)
         self.saved = self.manifest.exists()
         return recorded

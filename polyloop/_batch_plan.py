@@ -3,15 +3,18 @@
 The rules a reader of docs/how-to/run-a-thousand-rollouts.md relies on:
 
 * A goals file is JSONL when its first non-blank line starts with `{`; otherwise
-  every non-blank line is one goal (surrounding whitespace stripped).
+  every non-blank line is one goal (surrounding whitespace stripped). Lines
+  given as Python items are goals (a string) or line objects (a mapping).
 * A JSONL line is an object with a string `goal`, an optional `run_id` and an
   optional `inputs`; other keys are ignored. Blank lines are skipped in both forms,
   and line numbers are the file's own (1-based, blank lines counted).
 * A line without a `run_id` runs as `NAME-LLLLL`: the batch name and the line
   number, zero-padded to five digits.
-* The manifest `DIR/.batch-NAME.json` records, per run id, the line and a hash
-  of what that line asked for the first time the batch saw it; it is only ever
-  added to, so a changed or removed line is reported on every later invocation.
+* The manifest `DIR/.batch-NAME.json` records the target the batch first ran
+  and, per run id, the line and hashes of what that line asked (goal and
+  inputs together, and apart) the first time the batch saw it; it is only
+  ever added to, so a changed or removed line (or another target) is
+  reported on every later invocation.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import contextlib
 import fcntl
 import hashlib
 import inspect
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +68,18 @@ class BatchLine:
     changed: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What a batch recorded: the target it first ran (None before its first run) and its runs.
+
+    `runs` maps a run id to `{"line", "digest", "goal_digest", "inputs_digest"}`
+    as first planned (entries of older manifests have only the first two).
+    """
+
+    target: str | None = None
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
 def default_name(goals: str | os.PathLike[str]) -> str:
     """The batch name a goals file gets by default: its stem, made a safe run id prefix."""
     stem = _UNSAFE.sub("-", Path(goals).stem).lstrip(".-")[:MAX_NAME_LENGTH].rstrip(".-")
@@ -90,7 +106,12 @@ def accepts_inputs() -> bool:
 
 
 def read_goals(source: Any, *, name: str) -> list[BatchLine]:
-    """Plan every line of `source`: a path to a goals file, or its lines (str or mappings).
+    """Plan every line of `source`: a goals file (a path, or the file opened), or lines given as Python items.
+
+    A goals file's lines are JSONL or plain text, decided by its first
+    non-blank line. Given as Python items, a string is always one goal (even
+    one that looks like JSON) and a mapping is a line's object; any other
+    item is a bad line.
 
     Raises:
         BatchError: the file cannot be read (missing, a directory, unreadable).
@@ -112,12 +133,17 @@ def read_goals(source: Any, *, name: str) -> list[BatchLine]:
         raw = list(source)
     else:
         raise TypeError(f"goals must be a path or an iterable of lines, not {type(source).__name__}")
-    jsonl = _is_jsonl(raw)
+    from_file = isinstance(source, str | os.PathLike | io.IOBase)
+    jsonl = from_file and _is_jsonl(raw)
     inputs_ok = accepts_inputs()
     lines: list[BatchLine] = []
     seen: dict[str, int] = {}
     for number, item in enumerate(raw, start=1):
-        planned = _plan_line(number, item, name=name, jsonl=jsonl, inputs_ok=inputs_ok)
+        default_id = f"{name}-{number:05d}"
+        if from_file:
+            planned = _plan_line(number, item, default_id=default_id, jsonl=jsonl, inputs_ok=inputs_ok)
+        else:
+            planned = _plan_item(number, item, default_id=default_id, inputs_ok=inputs_ok)
         if planned is None:
             continue
         if planned.run_id is not None and planned.error is None:
@@ -139,8 +165,6 @@ def _text(item: Any) -> str | None:
 
 def _is_jsonl(raw: list[Any]) -> bool:
     for item in raw:
-        if isinstance(item, Mapping):
-            return True
         text = _text(item)
         if text is None:
             continue
@@ -150,26 +174,40 @@ def _is_jsonl(raw: list[Any]) -> bool:
     return False
 
 
-def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: bool) -> BatchLine | None:
-    default_id = f"{name}-{number:05d}"
-    text = None if isinstance(item, Mapping) else _text(item)
-    if text is not None and not text.strip().lstrip("\ufeff"):
-        return None  # blank lines are skipped, but keep their number
-    if not isinstance(item, Mapping) and text is None:
-        return BatchLine(number, default_id, error="the line is not UTF-8 text")
-    if not jsonl:
-        assert text is not None
-        goal = text.strip().lstrip("\ufeff")
-        return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None))
+def _plan_item(number: int, item: Any, *, default_id: str, inputs_ok: bool) -> BatchLine | None:
+    """A line given as a Python item: a string is a goal, a mapping a line's object."""
     if isinstance(item, Mapping):
-        obj: Any = item
-    else:
-        try:
-            obj = orjson.loads(text.lstrip("\ufeff"))  # type: ignore[union-attr]  (a BOM some editors write)
-        except orjson.JSONDecodeError as exc:
-            return BatchLine(number, default_id, error=f"the line is not JSON ({exc})")
+        return _plan_object(number, item, default_id=default_id, inputs_ok=inputs_ok)
+    if not isinstance(item, str):
+        return BatchLine(number, default_id, error=f"the line is {_python_kind(item)}: give a goal string or a mapping")
+    goal = item.strip()
+    return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None)) if goal else None
+
+
+def _plan_line(number: int, item: Any, *, default_id: str, jsonl: bool, inputs_ok: bool) -> BatchLine | None:
+    """A line of a goals file (bytes, or str from a file opened as text)."""
+    text = _text(item)
+    if text is None:
+        return BatchLine(number, default_id, error="the line is not UTF-8 text")
+    stripped = text.lstrip("\ufeff")  # a BOM some editors write
+    if not stripped.strip():
+        return None  # blank lines are skipped, but keep their number
+    if not jsonl:
+        goal = stripped.strip()
+        return BatchLine(number, default_id, goal=goal, digest=goal_digest(goal, None))
+    try:
+        obj = orjson.loads(stripped)
+    except orjson.JSONDecodeError as exc:
+        # orjson's "line 1 column N" counts within this one line: say it in the file's terms
+        # (a BOM is not counted, as editors do not show it)
+        where = f"column {exc.colno} of line {number}"
+        return BatchLine(number, default_id, error=f"the line is not JSON ({exc.msg} at {where})")
     if not isinstance(obj, Mapping):
         return BatchLine(number, default_id, error=f"the line is {_json_kind(obj)}, not a JSON object")
+    return _plan_object(number, obj, default_id=default_id, inputs_ok=inputs_ok)
+
+
+def _plan_object(number: int, obj: Mapping[str, Any], *, default_id: str, inputs_ok: bool) -> BatchLine:
     run_id = obj.get("run_id", default_id)
     try:
         run_id = check_run_id(run_id)
@@ -198,6 +236,15 @@ def _plan_line(number: int, item: Any, *, name: str, jsonl: bool, inputs_ok: boo
     return BatchLine(number, run_id, goal=goal, inputs=inputs, digest=goal_digest(goal, inputs))
 
 
+def _python_kind(item: Any) -> str:
+    if item is None:
+        return "None"
+    if isinstance(item, bytes | bytearray):
+        return "bytes"
+    kind = type(item).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
@@ -212,7 +259,14 @@ def _json_kind(value: Any) -> str:
 
 def goal_digest(goal: str, inputs: Any) -> str:
     """A stable hash of what a line asks for (its goal and inputs)."""
-    doc = {"goal": goal} if inputs is None else {"goal": goal, "inputs": inputs}
+    return _sha256({"goal": goal} if inputs is None else {"goal": goal, "inputs": inputs})
+
+
+def _inputs_digest(inputs: Any) -> str | None:
+    return None if inputs is None else _sha256(inputs)
+
+
+def _sha256(doc: Any) -> str:
     try:
         data = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     except TypeError:
@@ -227,12 +281,12 @@ def manifest_path(directory: Path, name: str) -> Path:
     return directory / f".batch-{name}.json"
 
 
-def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The manifest's runs (`run_id -> {"line", "digest"}`); empty when there is none yet."""
+def load_manifest(path: Path) -> Manifest:
+    """The manifest at `path`; an empty one when there is none yet."""
     try:
         doc = orjson.loads(path.read_bytes())
     except FileNotFoundError:
-        return {}
+        return Manifest()
     except (OSError, orjson.JSONDecodeError) as exc:
         raise BatchError(
             f"the batch manifest {path} cannot be read ({exc}); it is written atomically, so "
@@ -241,50 +295,174 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION or not isinstance(runs, dict):
         raise BatchError(f"the batch manifest {path} is not a version {MANIFEST_VERSION} manifest")
-    return runs
+    target = doc.get("target")
+    return Manifest(target if isinstance(target, str) else None, runs)
 
 
 def reconcile(
-    lines: list[BatchLine], recorded: dict[str, dict[str, Any]]
+    lines: list[BatchLine], manifest: Manifest, *, target: str
 ) -> tuple[list[BatchLine], list[BatchLine], dict[str, dict[str, Any]]]:
-    """Compare the lines with the manifest.
+    """Compare the lines, and the target they are to run with, with the manifest.
+
+    A batch recorded with another target starts nothing: every line that
+    could run is reported `changed`, naming both targets.
+
+    A recorded run is intact when a line still names its run id with its
+    digest; any other recorded run was displaced (its line changed, turned
+    bad or is gone). A line with a new run id that asks what a displaced run
+    asked has moved: it is reported `changed`, naming that run, and never
+    started again. While any recorded run is displaced, no line with a new
+    run id starts (the file is not what the batch first ran); new lines of an
+    otherwise unchanged file do.
 
     Returns:
-        The lines (a line whose run id was recorded for something else gets an
-        error), the recorded runs no line names any more (as error lines), and
-        the manifest to write: the recorded runs plus the new ones, never a
-        recorded entry rewritten.
+        The lines (a line that changed, moved or must wait gets an error),
+        the recorded runs no line names any more (as error lines), and the
+        manifest to write: the recorded runs plus the new ones that start,
+        never a recorded entry rewritten.
     """
+    recorded = manifest.runs
+    if manifest.target is not None and manifest.target != target:
+        error = (
+            f"the batch first ran with the agent target {manifest.target}, not {target}; nothing "
+            "starts with another agent: run the batch with that target, or give it a new --name"
+        )
+        named = {x.run_id for x in lines}
+        others = [
+            BatchLine(_line_of(entry), run_id, changed=True, error=error)
+            for run_id, entry in recorded.items() if run_id not in named
+        ]
+        out = [x if x.error is not None else replace(x, changed=True, error=error) for x in lines]
+        return out, others, dict(recorded)
+    intact = {
+        x.run_id for x in lines
+        if x.error is None and x.run_id in recorded and recorded[x.run_id].get("digest") == x.digest
+    }
+    displaced = {run_id: entry for run_id, entry in recorded.items() if run_id not in intact}
+    moved = _moves(lines, displaced, intact)
+    named = {x.run_id for x in lines if x.run_id is not None}
+    gone = [run_id for run_id in displaced if run_id not in named]
+    why = _what_differs(lines, displaced, gone)
     updated = dict(recorded)
     out = []
-    named = set()
     for line in lines:
-        if line.run_id is not None:
-            named.add(line.run_id)
-        entry = recorded.get(line.run_id) if line.run_id is not None else None
-        if line.error is None and entry is not None and entry.get("digest") != line.digest:
-            was = entry.get("line")
-            line = replace(
-                line,
-                changed=True,
-                error=f"the goals file changed: run {line.run_id} was planned for another goal "
-                f"(then on line {was}); restore the line, or give the batch a new --name",
-            )
-        elif line.error is None and line.run_id is not None and entry is None:
-            updated[line.run_id] = {"line": line.line, "digest": line.digest}
+        if line.error is None and line.run_id not in intact:
+            error = _changed(line, recorded, moved.get(line.line), why)
+            if error is None:
+                updated[line.run_id] = _entry(line)  # type: ignore[index]
+            else:
+                line = replace(line, changed=True, error=error)
         out.append(line)
-    removed = [
-        BatchLine(
-            int(entry.get("line") or 0),
-            run_id,
-            changed=True,
-            error=f"the goals file changed: line {entry.get('line')} (run {run_id}) is gone; "
-            "restore it, or give the batch a new --name",
-        )
-        for run_id, entry in recorded.items()
-        if run_id not in named
-    ]
+    went = {run_id: number for number, (run_id, _) in moved.items()}
+    removed = [_gone(run_id, recorded[run_id], went.get(run_id)) for run_id in gone]
     return out, removed, updated
+
+
+def _moves(
+    lines: list[BatchLine], displaced: dict[str, dict[str, Any]], intact: set[str | None]
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Line number -> the displaced run whose goal and inputs that line now carries (each run claimed once)."""
+    by_digest: dict[Any, list[str]] = {}
+    for run_id, entry in sorted(displaced.items(), key=lambda kv: _line_of(kv[1])):
+        by_digest.setdefault(entry.get("digest"), []).append(run_id)
+    out = {}
+    for line in lines:
+        if line.error is not None or line.run_id in intact:
+            continue
+        candidates = [r for r in by_digest.get(line.digest, ()) if r != line.run_id]
+        if candidates:
+            by_digest[line.digest].remove(candidates[0])
+            out[line.line] = (candidates[0], displaced[candidates[0]])
+    return out
+
+
+def _changed(
+    line: BatchLine, recorded: dict[str, dict[str, Any]], moved: tuple[str, dict[str, Any]] | None, why: str | None
+) -> str | None:
+    """Why a line that is not intact does not run now (None: it is new and starts)."""
+    entry = recorded.get(line.run_id)  # type: ignore[arg-type]
+    if moved is not None:
+        other, was = moved
+        where = f"run {other} (then on line {was.get('line')})"
+        if entry is None:
+            return (
+                f"the goals file changed: this line asks what {where} asked, so it moved; it is not "
+                "started again as a new run: restore the goals file, or give the batch a new --name"
+            )
+        now = f"; this line now asks what {where} asked"
+    else:
+        now = ""
+    if entry is not None:
+        return (
+            f"the goals file changed: run {line.run_id} was planned {_what_changed(entry, line)}"
+            f"{now}; restore the goals file, or give the batch a new --name"
+        )
+    if why is not None:
+        return (
+            f"not started: the goals file changed since the batch first ran ({why}); restore it, "
+            "or give the batch a new --name"
+        )
+    return None
+
+
+def _entry(line: BatchLine) -> dict[str, Any]:
+    # `goal_digest` and `inputs_digest` say which part of a changed line changed (older entries lack them).
+    return {
+        "line": line.line,
+        "digest": line.digest,
+        "goal_digest": goal_digest(line.goal or "", None),
+        "inputs_digest": _inputs_digest(line.inputs),
+    }
+
+
+def _what_changed(entry: dict[str, Any], line: BatchLine) -> str:
+    then = f"(then on line {entry.get('line')})"
+    if "goal_digest" not in entry:  # written before the parts were recorded
+        return f"for another goal or other inputs {then}"
+    goal = entry["goal_digest"] != goal_digest(line.goal or "", None)
+    inputs = entry.get("inputs_digest") != _inputs_digest(line.inputs)
+    if goal and inputs:
+        return f"for another goal with other inputs {then}"
+    if goal:
+        return f"for another goal {then}"
+    return f"with other inputs {then[:-1]}; the goal is the same)"
+
+
+def _what_differs(lines: list[BatchLine], displaced: dict[str, dict[str, Any]], gone: list[str]) -> str | None:
+    if not displaced:
+        return None
+    changed = sorted({x.line for x in lines if x.run_id in displaced})
+    parts = []
+    if changed:
+        parts.append(f"{_numbers(changed)} changed")
+    if gone:
+        parts.append(f"{_numbers(sorted({_line_of(displaced[r]) for r in gone}))} gone")
+    return " and ".join(parts)
+
+
+def _numbers(numbers: list[int], most: int = 5) -> str:
+    word = "line" if len(numbers) == 1 else "lines"
+    if len(numbers) > most:
+        return f"{word} {', '.join(map(str, numbers[:most]))} and {len(numbers) - most} more"
+    if len(numbers) == 1:
+        return f"{word} {numbers[0]}"
+    return f"{word} {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+
+
+def _line_of(entry: dict[str, Any]) -> int:
+    line = entry.get("line")
+    return line if isinstance(line, int) else 0
+
+
+def _gone(run_id: str, entry: dict[str, Any], now_on: int | None) -> BatchLine:
+    moved = f" (what it asked is now on line {now_on})" if now_on is not None else ""
+    return BatchLine(
+        _line_of(entry),
+        run_id,
+        changed=True,
+        error=f"the goals file changed: line {entry.get('line')} (run {run_id}) is gone{moved}; "
+        "restore it, or give the batch a new --name",
+    )
 
 
 def save_manifest(path: Path, *, name: str, target: str, runs: dict[str, dict[str, Any]]) -> None:

@@ -11,7 +11,8 @@ nothing, so here:
   closes its socket);
 * the manifest is the row of `polyloop_batches` named after the batch: the
   same document as the file (`run_id -> {"line", "digest"}`), only ever
-  added to, written by the holder alone.
+  added to, written by the holder alone, and the target the batch first ran
+  (never overwritten).
 
 `polyloop_batches` is part of the versioned schema (version 2, see
 polyloop/stores/_pg_schema.py), created or migrated when the batch opens the
@@ -31,7 +32,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .._batch_plan import MANIFEST_VERSION, BatchError
+from .._batch_plan import MANIFEST_VERSION, BatchError, Manifest
 from .._errors import StoreError
 from ._pg_conn import Connections, describe_url, first_line, session_options
 from ._pg_schema import ensure_schema
@@ -148,13 +149,13 @@ class DatabaseBatch:
         app, addr, pid = rows[0]
         return f"{app or 'a session'} from {addr or 'a local socket'}, server pid {pid}"
 
-    def load(self) -> dict[str, dict[str, Any]]:
-        """The manifest's runs (`run_id -> {"line", "digest"}`); empty when there is none yet."""
-        rows = self._execute("SELECT runs FROM polyloop_batches WHERE name = %s", (self.name,))
+    def load(self) -> Manifest:
+        """The manifest (the target the batch first ran, and its runs); an empty one when there is none yet."""
+        rows = self._execute("SELECT target, runs FROM polyloop_batches WHERE name = %s", (self.name,))
         if not rows:
-            return {}
+            return Manifest()
         self.saved = True
-        doc = rows[0][0]
+        target, doc = rows[0]
         if isinstance(doc, str | bytes):  # a json column read as text
             doc = orjson.loads(doc)
         if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
@@ -162,14 +163,16 @@ class DatabaseBatch:
                 f"the manifest of batch {self.name} in {self.where} (table polyloop_batches) is not a "
                 f"version {MANIFEST_VERSION} manifest; restore it, or give the batch a new --name"
             )
-        return doc
+        return Manifest(target if isinstance(target, str) else None, doc)
 
     def save(self, *, target: str, runs: dict[str, dict[str, Any]]) -> None:
-        """Write the manifest (one committed statement; only the holder writes it)."""
+        """Write the manifest (one committed statement; only the holder writes it).
+
+        `target` is recorded by the first write only: a later one keeps the target the batch first ran.
+        """
         self._execute(
             "INSERT INTO polyloop_batches (name, target, runs) VALUES (%s, %s, %s::jsonb) "
-            "ON CONFLICT (name) DO UPDATE SET target = EXCLUDED.target, runs = EXCLUDED.runs, "
-            "updated_at = clock_timestamp()",
+            "ON CONFLICT (name) DO UPDATE SET runs = EXCLUDED.runs, updated_at = clock_timestamp()",
             (self.name, target, orjson.dumps(runs).decode()),
         )
         self.saved = True

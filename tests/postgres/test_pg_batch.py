@@ -286,3 +286,22 @@ def _held(url: str) -> list[str]:
             "SELECT run_id FROM polyloop_runs WHERE holder IS NOT NULL AND lease_until > clock_timestamp()"
         ).fetchall()
     return [r[0] for r in rows]
+
+
+def test_another_target_starts_nothing_and_the_recorded_target_stays(own_db, tmp_path):
+    world = World(tmp_path, own_db)
+    goals = world.goals(["goal 1"])
+    assert world.batch("quick", goals).code == 0
+    world.goals(["goal 1", "goal 2"])
+    done = world.batch("stamper", goals, "--json")
+    assert done.code == 1, done
+    runs = done.json()["runs"]
+    assert [(r["status"], r["action"]) for r in runs] == [("changed", "none")] * 2
+    assert all(f"{AGENTS}:quick" in r["reason"] and f"{AGENTS}:stamper" in r["reason"] for r in runs), runs
+    assert world.effects() == []
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        (recorded, names) = conn.execute(
+            "SELECT target, ARRAY(SELECT jsonb_object_keys(runs)) FROM polyloop_batches WHERE name = 'goals'"
+        ).fetchone()
+    assert (recorded, names) == (f"{AGENTS}:quick", ["goals-00001"])
+    assert world.batch("quick", goals).code == 0  # the recorded target carries on, with the new line
