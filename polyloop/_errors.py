@@ -80,13 +80,18 @@ class RecordError(PolyLoopError, ValueError):
 
 
 class RunNotFoundError(PolyLoopError, LookupError):
-    """No log exists for this run id in the store."""
+    """No log exists for this run id in the store.
 
-    def __init__(self, run_id: str, where: str = "") -> None:
+    `detail` says what the store knows of the id all the same (a run queued
+    on PostgreSQL that no worker has started yet has no log).
+    """
+
+    def __init__(self, run_id: str, where: str = "", *, detail: str | None = None) -> None:
         self.run_id = run_id
         self.where = where
+        self.detail = detail
         place = f" in {where}" if where else ""
-        super().__init__(f"no run {run_id!r}{place}")
+        super().__init__(f"no run {run_id!r}{place}" + (f": {detail}" if detail else ""))
 
 
 class RunExistsError(PolyLoopError):
@@ -96,9 +101,10 @@ class RunExistsError(PolyLoopError):
     Continue it with `polyloop resume` (or `Agent.run` with the same id).
     """
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, why: str | None = None) -> None:
         self.run_id = run_id
         super().__init__(
+            f"run {run_id!r} already exists: {why}" if why else
             f"run {run_id!r} already exists: continue it with "
             f"`polyloop resume {run_id}` or choose another run id"
         )

@@ -379,6 +379,20 @@ class PostgresStore:
             "writer appended meanwhile; read the log again", run_id=run_id,
         )
 
+    async def _no_log(self, conn: psycopg.AsyncConnection[Any], run_id: str) -> RunNotFoundError:
+        """`RunNotFoundError` for a run without records, saying what its queue row (if any) says."""
+        cur = await conn.execute("SELECT status, note FROM polyloop_runs WHERE run_id = %s", (run_id,))
+        row = await cur.fetchone()
+        detail = None
+        if row is not None and row[0] == "queued":
+            detail = "it is queued and has not started yet (no log): a worker (`polyloop worker`) starts it"
+        elif row is not None and row[0] == "failed":
+            detail = (
+                f"it failed before its first record ({row[1] or 'no reason recorded'}): fix the cause, "
+                "then requeue it (`PostgresStore.requeue`)"
+            )
+        return RunNotFoundError(run_id, self.where, detail=detail)
+
     async def _count(self, run_id: str) -> int:
         async with self._conn(run_id) as conn:
             cur = await conn.execute("SELECT next_seq FROM polyloop_runs WHERE run_id = %s", (run_id,))
@@ -399,7 +413,7 @@ class PostgresStore:
             cur = await conn.execute(READ_ONE, {"run": run_id}, prepare=True)
             row = await cur.fetchone()
             if row is None or not row[1]:
-                raise RunNotFoundError(run_id, self.where)
+                raise await self._no_log(conn, run_id)
             text, count, first, last, next_seq = row
             problems: list[Problem] = []
             if not numbered_right(count, first, last, next_seq):
@@ -657,6 +671,13 @@ class PostgresStore:
                 (check_run_id(run_id), target, goal),
             )
             if cur.rowcount != 1:
+                cur = await conn.execute(
+                    "SELECT status, next_seq FROM polyloop_runs WHERE run_id = %s", (run_id,)
+                )
+                known = await cur.fetchone()
+                if known is not None and not known[1] and known[0] in ("queued", "failed"):
+                    why = f"it is already in the queue ({known[0]}, not started): give the new run another --run-id"
+                    raise RunExistsError(run_id, why=why)
                 raise RunExistsError(run_id)
 
     async def requeue(self, run_id: str) -> None:

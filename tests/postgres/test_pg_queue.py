@@ -139,7 +139,13 @@ def test_the_cli_submits_and_works(pg_url, pg_conn, tmp_path):
     assert (out.returncode, out.stdout) == (0, f"{run_id}\n"), out.stderr
     again = subprocess.run([*polyloop, "submit", f"{AGENTS}:reads", "--run-id", run_id, "--store", pg_url],
                            capture_output=True, text=True, env=env)
-    assert again.returncode == 2 and "already exists" in again.stderr
+    assert again.returncode == 2 and "already in the queue (queued, not started)" in again.stderr
+    # Queued, not started: no log yet, and every command that reads one says so, not just "no run".
+    for command in ("inspect", "resume"):
+        waiting = subprocess.run([*polyloop, command, run_id, "--store", pg_url], capture_output=True, text=True,
+                                 env=env)
+        assert waiting.returncode == 2 and "is queued and has not started yet" in waiting.stderr, waiting
+        assert waiting.stderr.count("\n") == 1
     work = subprocess.run([*polyloop, "worker", "--until-idle", "--poll", "0.05"], capture_output=True, text=True,
                           env={**env, "POLYLOOP_STORE": pg_url})
     assert work.returncode == 0, work.stderr
