@@ -791,9 +791,11 @@ def verify_report(report: VerifyReport, *, strict: bool) -> None:
         if f.status == "ok":
             continue
         style = "bold red" if f.status in ("corrupt", "bad_product") or strict else "yellow"
-        for line, message in (f.problems or ((None, ""),))[:SHOWN_PROBLEMS]:
+        for i, (line, message) in enumerate((f.problems or ((None, ""),))[:SHOWN_PROBLEMS]):
             where = f"line {line}: " if line is not None else ""
-            _line(console, (f"{f.status:<9}", style), " ", clip(f.path, 400), "  ", clip(f"{where}{message}", 400))
+            rule = f" (rule {f.rule(i)})" if f.rule(i) is not None else ""
+            _line(console, (f"{f.status:<9}", style), " ", clip(f.path, 400), "  ",
+                  clip(f"{where}{message}{rule}", 400))
         _more(console, len(f.problems))
     s = report.summary
     total = len(report.files)

@@ -54,7 +54,7 @@ class ParsedLog:
     def locate(self, problem: Problem) -> Problem:
         """`problem` (found in `records`, e.g. by the classifier) with its line number."""
         if problem.line is None and problem.index is not None and problem.index < len(self.lines):
-            return Problem(problem.message, index=problem.index, line=self.lines[problem.index])
+            return Problem(problem.message, index=problem.index, line=self.lines[problem.index], rule=problem.rule)
         return problem
 
 

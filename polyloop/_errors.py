@@ -167,11 +167,13 @@ class Problem:
     rule: int | None = None
 
     def __str__(self) -> str:
+        # The rule's number is what to look up in the log format reference.
+        text = self.message if self.rule is None else f"{self.message} (rule {self.rule})"
         if self.line is not None:
-            return f"line {self.line}: {self.message}"
+            return f"line {self.line}: {text}"
         if self.index is not None:
-            return f"record {self.index + 1}: {self.message}"
-        return self.message
+            return f"record {self.index + 1}: {text}"
+        return text
 
 
 class CorruptLogError(PolyLoopError):

@@ -509,7 +509,7 @@ class PostgresStore:
             StoreError: the database cannot be reached or failed.
         """
         from .._classify import check
-        from ._verify import FileVerdict, VerifyReport
+        from ._verify import FileVerdict, VerifyReport, corrupt_verdict
 
         run_ids = await self.list_runs()
         verdicts = []
@@ -519,11 +519,11 @@ class PostgresStore:
                 parsed = await self.read_parsed(run_id)
             except RunNotFoundError:  # removed meanwhile
                 continue
-            problems = [(q.line, q.message) for q in parsed.problems]
+            problems = list(parsed.problems)
             if not problems:
                 _, found = check(parsed.records, run_id=run_id)
-                problems = [(q.line, q.message) for q in map(parsed.locate, found)]
-            verdicts.append(FileVerdict(path, run_id, "corrupt" if problems else "ok", tuple(problems)))
+                problems = [parsed.locate(q) for q in found]
+            verdicts.append(corrupt_verdict(path, run_id, problems) if problems else FileVerdict(path, run_id, "ok"))
             if progress:
                 progress(done, len(run_ids))
         return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any, Literal
 from .._artifacts import ProductCheck, accepted_products, judge
 from .._classify import Walker, walk
 from .._codec import parse_log
+from .._errors import Problem
 from ._disk import Disk, not_regular_problem
 
 FileStatus = Literal["ok", "torn_tail", "corrupt", "bad_product"]
@@ -27,6 +28,9 @@ class FileVerdict:
 
     `problems` holds `(line, message)` pairs; for a torn tail it names the
     line where the tail starts; `line` is None for problems of the whole file.
+    `rules` holds, for each problem in the same order, the number of the rule
+    of docs/reference/log-format.md it breaks (None for a line that is not a
+    record at all, a torn tail or a product).
     `products` checks every product the log references (log format 1.2)
     against `<run_id>.artifacts/` beside it; a missing or altered one makes
     the status `bad_product` (unless the log is corrupt).
@@ -37,13 +41,20 @@ class FileVerdict:
     status: FileStatus
     problems: tuple[tuple[int | None, str], ...] = ()
     products: tuple[ProductCheck, ...] = ()
+    rules: tuple[int | None, ...] = ()
+
+    def rule(self, i: int) -> int | None:
+        """The rule the `i`-th problem breaks, or None."""
+        return self.rules[i] if i < len(self.rules) else None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "run_id": self.run_id,
             "status": self.status,
-            "problems": [{"line": line, "message": msg} for line, msg in self.problems],
+            "problems": [
+                {"line": line, "message": msg, "rule": self.rule(i)} for i, (line, msg) in enumerate(self.problems)
+            ],
             "products": [p.to_json() for p in self.products],
         }
 
@@ -86,12 +97,13 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
         message = problem.message if problem is not None else f"cannot read: {exc.strerror or exc}"
         return FileVerdict(str(p), run_id, "corrupt", ((None, message),))
     parsed = parse_log(data)
-    problems: list[tuple[int | None, str]] = [(q.line, q.message) for q in parsed.problems]
-    if not problems:
+    found = list(parsed.problems)
+    if not found:
         walker = walk(parsed.records, run_id=run_id)
-        problems = [(located.line, located.message) for located in map(parsed.locate, walker.problems)]
-    if problems:
-        return FileVerdict(str(p), run_id, "corrupt", tuple(problems))
+        found = [parsed.locate(q) for q in walker.problems]
+    if found:
+        return corrupt_verdict(str(p), run_id, found)
+    problems: list[tuple[int | None, str]] = []
     products = _products(p, walker)
     accepted = accepted_products(walker)  # changes a person accepted on the record are not bad
     bad = [(None, c.sentence()) for c in products
@@ -104,6 +116,12 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
     if parsed.torn_line is not None:
         return FileVerdict(str(p), run_id, "torn_tail", tuple(problems), products)
     return FileVerdict(str(p), run_id, "ok", (), products)
+
+
+def corrupt_verdict(path: str, run_id: str, problems: Sequence[Problem]) -> FileVerdict:
+    """The verdict on a log with these problems (located: each with its line), rules kept."""
+    pairs = tuple((q.line, q.message) for q in problems)
+    return FileVerdict(path, run_id, "corrupt", pairs, rules=tuple(q.rule for q in problems))
 
 
 def _products(log: Path, walker: Walker) -> tuple[ProductCheck, ...]:

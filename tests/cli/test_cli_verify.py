@@ -43,12 +43,29 @@ def test_json_shape(cli, tmp_path):
     for f in doc["files"]:
         assert set(f) == {"path", "run_id", "status", "problems", "products"}
         for p in f["problems"]:
-            assert set(p) == {"line", "message"}
+            assert set(p) == {"line", "message", "rule"}
     assert by_id["good"]["status"] == "ok" and by_id["good"]["problems"] == []
     assert by_id["torn"]["status"] == "torn_tail" and by_id["torn"]["problems"][0]["line"] == 10
     # The garbage line itself, once (not the line after it).
     assert by_id["mid"]["status"] == "corrupt" and [p["line"] for p in by_id["mid"]["problems"]] == [2]
+    assert by_id["mid"]["problems"][0]["rule"] is None  # not a record at all: no invariant to name
     assert tree_digest(runs) == before  # verify never writes
+
+
+def test_a_broken_invariant_is_named_by_its_number_in_json_and_text(cli, tmp_path):
+    runs = _logs(cli, tmp_path)
+    good = (runs / "good.jsonl").read_bytes()
+    first = good.splitlines(keepends=True)[0]
+    (runs / "twice.jsonl").write_bytes(good.replace(b'"run_id":"good"', b'"run_id":"twice"')
+                                       + first.replace(b'"run_id":"good"', b'"run_id":"twice"'))
+    doc = cli("verify", str(runs), "--json").json()
+    [twice] = [f for f in doc["files"] if f["run_id"] == "twice"]
+    [problem] = twice["problems"]
+    assert problem["rule"] == 2 and problem["message"] == "run_started after run_finished", problem
+    text = cli("verify", str(runs))
+    assert "run_started after run_finished (rule 2)" in text.stdout
+    shown = cli("inspect", "twice", "--dir", str(runs))
+    assert "run_started after run_finished (rule 2)" in shown.stdout + shown.stderr
 
 
 def test_thousands_of_logs_use_worker_processes(cli, tmp_path):
