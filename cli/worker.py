@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -39,7 +40,12 @@ Json = Annotated[
 ]
 
 
-def _printer(as_json: bool):
+def _printer(as_json: bool, url: str):
+    # The commands a parked run's detail names read the default store; say how to reach this one.
+    flag = render.dir_flag(url)
+    parked_hint = f"  (run them with{flag}; once settled, a worker continues the run)" if flag else (
+        "  (once settled, a worker continues the run)")
+
     def show(event: WorkerEvent) -> None:
         if as_json:
             sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=True) + "\n")
@@ -56,6 +62,8 @@ def _printer(as_json: bool):
             parts.append((f"  epoch {event.epoch}", "dim"))
         if event.detail:
             parts.append(f"{gap}{render.clip(event.detail, 400)}")
+        if event.event == "parked":
+            parts.append((parked_hint, "dim"))
         render._line(render.out(), *parts)
 
     return show
@@ -115,7 +123,7 @@ def command(
     with failures(Scope(json=as_json)):
         # A connection per run at most, plus renewals and the queue's look.
         store = postgres_store(store_url, directory=directory, lease=lease, connections=max(8, concurrency + 2))
-        show = _printer(as_json)
+        show = _printer(as_json, store_url or os.environ.get("POLYLOOP_STORE") or "")
         worker = Worker(store, concurrency=concurrency, poll=poll, on_event=show, until_idle=until_idle)
         with _driver_warnings(show):
             received = asyncio.run(_work(worker))

@@ -132,3 +132,25 @@ def test_an_unreachable_server_is_reported_once_backed_off_and_without_raw_drive
     assert all(e["detail"].startswith("psycopg: ") for _, e in worker.events if e["event"] == "warning")
     with psycopg.connect(own_db) as conn:
         check_invariants(conn, run_id)
+
+
+def test_a_parked_run_says_how_to_reach_its_store_and_that_a_worker_continues_it(own_db, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    payer = str(Path(__file__).resolve().parent.parent / "cli" / "approval_agents.py") + ":payer"
+    [run_id] = ids("parked", 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLYLOOP_")}
+    env["APPROVAL_TEST_EFFECTS"] = str(tmp_path / "paid")
+    polyloop = [sys.executable, "-m", "polyloop"]
+    submitted = subprocess.run([*polyloop, "submit", payer, "--goal", "pay", "--run-id", run_id, "--store", own_db],
+                               capture_output=True, text=True, env=env, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    work = subprocess.run([*polyloop, "worker", "--store", own_db, "--until-idle", "--poll", "0.05"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert work.returncode == 0, work.stderr
+    [parked] = [line for line in work.stdout.splitlines() if line.startswith("parked")]
+    assert "needs approval" in parked and "run them with --store 'postgresql://" in parked, parked
+    assert "once settled, a worker continues the run" in parked
