@@ -371,5 +371,11 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
             _say(console, ("interrupted: ", "bold yellow"), "every run stays resumable; run the same command again:")
         _say(console, "  ", (again, "cyan"))
     else:
-        _say(console, ("then: ", "bold"), "run the same command again (it skips what finished):")
+        waiting = {r.status for r in report.runs} - {"finished"}
+        if waiting <= {"changed", "invalid"}:
+            # Nothing a re-run does by itself: the goals file (or the target) must change first.
+            what = "fix the lines listed above (or give the batch a new --name), then run the same command again:"
+        else:
+            what = "run the same command again (it skips what finished):"
+        _say(console, ("then: ", "bold"), what)
         _say(console, "  ", (again, "cyan"))
