@@ -134,6 +134,7 @@ class Scope:
     """What a command knows so far, so a failure can say what to do next."""
 
     json: bool = False
+    json_lines: bool = False  # stdout is a stream of JSON lines: an error is one line of it
     directory: str | None = None
     run_id: str | None = None
     resumable: bool = False  # the command runs the run: an interruption leaves it resumable

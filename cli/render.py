@@ -153,14 +153,15 @@ def _more(console: Console, total: int) -> None:
         _line(console, (f"          … and {total - SHOWN_PROBLEMS} more problems (--json lists them all)", "dim"))
 
 
-def print_json(doc: Any) -> None:
+def print_json(doc: Any, *, lines: bool = False) -> None:
     """Write one JSON document to stdout (never through rich), all ASCII.
 
     Non-ASCII characters are written as `\\uXXXX` escapes, so bidi overrides
     and C1 controls from a log cannot reach a terminal raw. orjson keeps a
-    100,000-step `inspect --json` fast.
+    100,000-step `inspect --json` fast. `lines`: on one line, for a command
+    whose stdout is a stream of JSON lines (`polyloop worker --json`).
     """
-    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2, default=str).decode()
+    text = orjson.dumps(doc, option=0 if lines else orjson.OPT_INDENT_2, default=str).decode()
     if not text.isascii():
         text = _NON_ASCII.sub(_json_escape, text)
     sys.stdout.write(text + "\n")
@@ -329,7 +330,7 @@ def failure(
     else:
         message = str(exc)
     if scope.json:
-        print_json(_error_doc(type(exc).__name__, code, message))
+        print_json(_error_doc(type(exc).__name__, code, message), lines=scope.json_lines)
     if isinstance(exc, ApprovalRequiredError):
         waits_stop(exc.run_id, exc.requests, scope.directory)
         return

@@ -120,7 +120,7 @@ def command(
     Example:
       polyloop worker --store postgresql://postgres@127.0.0.1/test --concurrency 4
     """
-    with failures(Scope(json=as_json)):
+    with failures(Scope(json=as_json, json_lines=True)):
         # A connection per run at most, plus renewals and the queue's look.
         store = postgres_store(store_url, directory=directory, lease=lease, connections=max(8, concurrency + 2))
         show = _printer(as_json, store_url or os.environ.get("POLYLOOP_STORE") or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -158,6 +159,7 @@ def test_the_cli_submits_and_works(pg_url, pg_conn, tmp_path):
     bad = subprocess.run([*polyloop, "worker", "--store", "postgresql://postgres@127.0.0.1:1/x", "--json"],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "cannot connect" in bad.stderr
-    assert '"type": "StoreError"' in bad.stdout
+    # One line of the JSON-lines stream, like every event the worker prints.
+    assert bad.stdout.count("\n") == 1 and json.loads(bad.stdout)["error"]["type"] == "StoreError"
     not_pg = subprocess.run([*polyloop, "worker", "--store", str(tmp_path)], capture_output=True, text=True, env=env)
     assert not_pg.returncode == 2 and "needs a PostgreSQL store" in not_pg.stderr
