@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -66,8 +67,10 @@ class Connections:
         self.where = describe_url(url)
         options = " ".join(f"-c {name}={value}" for name, value in settings.items())
         with contextlib.suppress(psycopg.ProgrammingError):  # a bad URL fails at connect, clearly
-            # The URL's own options (a search_path, ...) come first; ours are added.
-            options = f"{conninfo_to_dict(url).get('options') or ''} {options}".strip()
+            # The URL's own options (a search_path, ...) come first, or, as libpq does without
+            # them, $PGOPTIONS (passing options ourselves would silently drop it); ours are added.
+            own = conninfo_to_dict(url).get("options") or os.environ.get("PGOPTIONS") or ""
+            options = f"{own} {options}".strip()
         self._kwargs: dict[str, Any] = {
             "autocommit": True,
             "options": options,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,27 @@ def workdir_factory(tmp_path: Path) -> Callable[[str], Path]:
         return make_workdir(tmp_path / name)
 
     return make
+
+
+_PAGES_URL = "postgresql://postgres@127.0.0.1:5432/test"  # the server the pages' commands name
+
+
+@pytest.fixture(autouse=True)
+def private_pg_schema(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each page's PostgreSQL commands in a schema of their own ($PGOPTIONS, which libpq and the
+    store honour for a URL without options): two pages run at once never claim each other's runs."""
+    try:
+        import psycopg
+
+        conn = psycopg.connect(_PAGES_URL, autocommit=True, connect_timeout=3)
+    except Exception:  # no server here: the pages that need one say so when they run
+        yield
+        return
+    schema = f"polyloop_doc_{uuid.uuid4().hex[:10]}"
+    with conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        monkeypatch.setenv("PGOPTIONS", f"-csearch_path={schema}")
+        try:
+            yield
+        finally:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -234,6 +234,22 @@ async def test_a_missing_schema_is_named_with_how_to_create_it(pg_url):
     assert "no schema has been selected" not in message
 
 
+async def test_pgoptions_names_the_schema_of_a_url_without_options(pg_url, pg_conn, monkeypatch):
+    # libpq's own rule: $PGOPTIONS applies when the URL has no options; the store adds its
+    # session settings and must not drop it.
+    schema = f"pl_env_{uuid.uuid4().hex[:10]}"
+    pg_conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        bare = psycopg.conninfo.make_conninfo(pg_url, options="")  # the URL less its search_path
+        monkeypatch.setenv("PGOPTIONS", f"-csearch_path={schema}")
+        async with PostgresStore(bare) as store:
+            await store.list_runs()
+        tables = pg_conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)).fetchone()
+        assert tables[0] >= 3, "the store made its tables elsewhere than $PGOPTIONS says"
+    finally:
+        pg_conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 @pytest.mark.parametrize("batch_table", [False, True], ids=["plain-v1", "v1-with-a-lazy-batch-table"])
 async def test_a_version_1_database_is_migrated_keeping_its_runs_and_manifests(pg_url, pg_conn, batch_table):
     from polyloop.stores._pg_schema import _MIGRATIONS
