@@ -192,5 +192,3 @@ def _open_request(walker: Walker, run_id: str, request_id: str, kind: DecisionKi
     if r.kind == "approval" and kind == "answered":
         raise DecisionError(run_id, request_id, "it waits for approval: use `polyloop approve` or `deny`")
     return r
-
-

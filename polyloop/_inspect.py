@@ -519,5 +519,3 @@ def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
             raise ResolutionError(run_id, result_id, why)
     elif e.state != "unknown":
         raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown or alert")
-
-

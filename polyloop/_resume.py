@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from ._loop import _Run
 
 
-
-
 @dataclass(slots=True)
 class Resume:
     """How this resume was asked for: the inputs now, and what a person accepts on the record."""
