@@ -508,8 +508,7 @@ class PostgresStore:
         Raises:
             StoreError: the database cannot be reached or failed.
         """
-        from .._classify import check
-        from ._verify import FileVerdict, VerifyReport, corrupt_verdict
+        from ._verify import FileVerdict, VerifyReport, corrupt_verdict, located_problems
 
         run_ids = await self.list_runs()
         verdicts = []
@@ -519,10 +518,7 @@ class PostgresStore:
                 parsed = await self.read_parsed(run_id)
             except RunNotFoundError:  # removed meanwhile
                 continue
-            problems = list(parsed.problems)
-            if not problems:
-                _, found = check(parsed.records, run_id=run_id)
-                problems = [parsed.locate(q) for q in found]
+            _, problems = located_problems(parsed, run_id)
             verdicts.append(corrupt_verdict(path, run_id, problems) if problems else FileVerdict(path, run_id, "ok"))
             if progress:
                 progress(done, len(run_ids))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .._artifacts import ProductCheck, accepted_products, judge
 from .._classify import Walker, walk
-from .._codec import parse_log
+from .._codec import ParsedLog, parse_log
 from .._errors import Problem
 from ._disk import Disk, not_regular_problem
 
@@ -97,12 +97,10 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
         message = problem.message if problem is not None else f"cannot read: {exc.strerror or exc}"
         return FileVerdict(str(p), run_id, "corrupt", ((None, message),))
     parsed = parse_log(data)
-    found = list(parsed.problems)
-    if not found:
-        walker = walk(parsed.records, run_id=run_id)
-        found = [parsed.locate(q) for q in walker.problems]
+    walker, found = located_problems(parsed, run_id)
     if found:
         return corrupt_verdict(str(p), run_id, found)
+    assert walker is not None
     problems: list[tuple[int | None, str]] = []
     products = _products(p, walker)
     accepted = accepted_products(walker)  # changes a person accepted on the record are not bad
@@ -116,6 +114,15 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
     if parsed.torn_line is not None:
         return FileVerdict(str(p), run_id, "torn_tail", tuple(problems), products)
     return FileVerdict(str(p), run_id, "ok", (), products)
+
+
+def located_problems(parsed: ParsedLog, run_id: str) -> tuple[Walker | None, list[Problem]]:
+    """What makes a parsed log corrupt, each problem with its line: the lines that are not
+    records, else the classifier's (then also its walker, for what a verdict reads next)."""
+    if parsed.problems:
+        return None, list(parsed.problems)
+    walker = walk(parsed.records, run_id=run_id)
+    return walker, [parsed.locate(q) for q in walker.problems]
 
 
 def corrupt_verdict(path: str, run_id: str, problems: Sequence[Problem]) -> FileVerdict:
