@@ -117,19 +117,20 @@ class _Counting:
         self.unsent = 0
         self.draining = False
 
-    async def write_run_started(self, record: Any) -> None:
+    def _starting(self, run_id: str) -> None:
         if self.draining:
-            raise _Stopping(record.run_id)
+            raise _Stopping(run_id)
+
+    async def write_run_started(self, record: Any) -> None:
+        self._starting(record.run_id)
         await self._store.write_run_started(record)
 
     async def write_intent(self, run_id: str, record: Any) -> None:
-        if self.draining:
-            raise _Stopping(run_id)
+        self._starting(run_id)
         await self._store.write_intent(run_id, record)
 
     async def write_intents(self, run_id: str, records: Any) -> None:
-        if self.draining:
-            raise _Stopping(run_id)
+        self._starting(run_id)
         await self._store.write_intents(run_id, records)
 
     async def write_step_completed(self, run_id: str, record: Any) -> None:
