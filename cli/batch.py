@@ -7,7 +7,6 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from contextlib import contextmanager
 from typing import Annotated
 
@@ -151,8 +150,7 @@ def _settle(run: BatchRun, directory: str) -> list[tuple[str, str]]:
                         "resume it once more, on the record"))
             continue
         if kind in ("approval", "answer"):
-            request = SimpleNamespace(kind=kind, result_id=str(w["id"]))
-            out.extend(render.decide_commands(str(run.run_id), request, directory))
+            out.extend(render.decide_commands(str(run.run_id), kind, str(w["id"]), directory))
             continue
         if kind not in ("unknown", "alert"):
             # A kind of waiting this version does not know: inspect names its commands.
@@ -231,13 +229,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+_LABEL, _BAR = "batch", 16  # the live display's first two columns
+
+
 @contextmanager
 def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], None] | None]:
     """A live display on a terminal, plain lines on stderr otherwise (none for --json to a pipe)."""
     if live:
         progress = Progress(
-            TextColumn("batch"),
-            BarColumn(bar_width=16),
+            TextColumn(_LABEL),
+            BarColumn(bar_width=_BAR),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
             console=render.console(sys.stderr),
@@ -250,7 +251,7 @@ def _progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], 
 
         def update(p: BatchProgress) -> None:
             # What the bar and the count leave of the line (an 80-column terminal keeps both).
-            room = progress.console.width - 5 - 16 - 2 * len(str(p.total)) - 1 - 3
+            room = progress.console.width - len(_LABEL) - _BAR - len(f"{p.total}/{p.total}") - 3  # 3 gaps
             progress.update(task, completed=p.done, total=p.total, description=_counts_text(p, width=room))
             progress.refresh()
             notice(p)

@@ -243,10 +243,10 @@ def _settle_block(console: Console, run_id: str, blocking: Sequence[Execution], 
     _line(console, "  then: ", (resume_command(run_id, directory), "cyan"))
 
 
-def decide_commands(run_id: str, r: Any, directory: str | None) -> list[tuple[str, str]]:
-    """The exact commands that decide a waiting request, each with what it means."""
-    rid, where = f"{shlex.quote(run_id)} {shlex.quote(r.result_id)}", dir_flag(directory)
-    if r.kind == "answer":
+def decide_commands(run_id: str, kind: str, request_id: str, directory: str | None) -> list[tuple[str, str]]:
+    """The exact commands that decide a waiting request (`approval` or `answer`), each with what it means."""
+    rid, where = f"{shlex.quote(run_id)} {shlex.quote(request_id)}", dir_flag(directory)
+    if kind == "answer":
         return [(f"polyloop answer {rid} TEXT{where}", "the model reads TEXT as the answer")]
     return [
         (f"polyloop approve {rid} --reason TEXT{where}", "run it (add --args JSON to run edited arguments)"),
@@ -263,7 +263,7 @@ def _decide_block(console: Console, run_id: str, requests: Sequence[Any], direct
             what = f"({clip(_compact(r.args), 200)}) waits for approval{why}"
         _line(console, "  ", (clip(r.tool, 60), "bold"), f" {what}")
         _line(console, "    ", (f"step {r.step}, id {clip(r.result_id, 40)}, args sha256 {r.request.args_sha256}", "dim"))
-        commands = decide_commands(run_id, r, directory)
+        commands = decide_commands(run_id, r.kind, r.result_id, directory)
         width = max(len(c) for c, _ in commands)
         for command, meaning in commands:
             _line(console, "    ", (command.ljust(width), "cyan"), (f"  # {meaning}", "dim"))
