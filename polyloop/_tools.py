@@ -30,6 +30,10 @@ Replay = Literal["safe", "never"]
 RollbackKind = Literal["undo", "compensate", "alert"]
 Approval = Union[Literal["required"], Callable[[dict[str, Any]], Any], None]
 
+# Validated arguments kept between a call's check and its invocation, per tool:
+# enough for every run of a large batch to have one call in flight.
+_CHECKED_KEPT = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
@@ -109,7 +113,7 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(fn)
         sig = _Signature(fn, arg_docs)
         self._sig = sig
-        self._checked: tuple[Any, Any] | None = None
+        self._checked: dict[int, tuple[Any, Any]] = {}
         self.parameters = sig.schema()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -243,10 +247,15 @@ class Tool:
             validated = self._sig.validate(args)
         except _BadArguments as exc:
             return f"invalid arguments for tool {self.name!r}: {exc}"
-        # The run loop checks, then invokes with the same dict: keep the
-        # validated values for that call (matched by identity, so a tool
-        # shared by concurrent runs simply validates again).
-        self._checked = (args, validated)
+        # The run loop checks, then invokes with the same dict after the
+        # intent's fsync: keep the validated values for that call, by the
+        # dict's identity (a tool is shared by concurrent runs, each with its
+        # own dict). A call checked and never invoked (its run stopped) is
+        # dropped when too many pile up.
+        checked = self._checked
+        if len(checked) >= _CHECKED_KEPT:
+            checked.clear()
+        checked[id(args)] = (args, validated)
         return None
 
     async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> Any:
@@ -262,7 +271,7 @@ class Tool:
                 not fit a signature; the function is not called.
             Exception: whatever the function raises.
         """
-        checked, self._checked = self._checked, None
+        checked = self._checked.pop(id(args), None)
         if checked is not None and checked[0] is args:
             call_args, kwargs = checked[1]
         else:
@@ -666,7 +675,7 @@ class _AskHuman(Tool):
         self.description, _ = _split_docstring(inspect.getdoc(_ask_human) or "")
         self.replay = "never"
         self.is_async = False
-        self._checked = None
+        self._checked = {}
         self._lazy: _Signature | None = None
 
     @property

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from polyloop import ToolContext, tool
 from polyloop._tools import observation_text
@@ -251,6 +251,31 @@ async def test_invoke_refuses_invalid_arguments_without_calling() -> None:
     with pytest.raises(TypeError, match=r"^invalid arguments for tool 'f': a: required field missing$"):
         await f.invoke({}, CTX)
     assert calls == []
+
+
+_VALIDATED: list[int] = []
+
+
+def _counted(v: int) -> int:
+    _VALIDATED.append(v)
+    return v
+
+
+async def test_calls_checked_together_are_each_validated_once() -> None:
+    # Concurrent runs share a tool: each checks its call, waits for its
+    # intent's fsync, then invokes; the others' checks in between must not
+    # make it validate again (nor mix up whose values are whose).
+    _VALIDATED.clear()
+
+    @tool
+    def f(n: Annotated[int, AfterValidator(_counted)]) -> str:
+        return str(n)
+
+    calls = [{"n": i} for i in range(3)]
+    assert [f.check_args(a) for a in calls] == [None, None, None]
+    assert [await f.invoke(a, CTX) for a in reversed(calls)] == ["2", "1", "0"]
+    assert _VALIDATED == [0, 1, 2]
+    assert await f.invoke({"n": 7}, CTX) == "7" and _VALIDATED == [0, 1, 2, 7]  # never checked: validated here
 
 
 def test_calling_the_tool_object_still_calls_the_function() -> None:
