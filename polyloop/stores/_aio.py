@@ -1,4 +1,4 @@
-"""Fsyncs handed to the kernel in batches (Linux AIO), with no thread of ours in between.
+"""Fsyncs handed to the kernel in batches (Linux AIO), not to a thread each.
 
 Under load the JSONL store's durable appends are many small fsyncs of
 different files. Handed to threads, each one costs the event loop a thread
@@ -9,6 +9,15 @@ worker and reports its result like the system call would. So the loop
 writes the records of every run that wants a durable append in one
 iteration, hands all their fsyncs to the kernel with one `io_submit`, and an
 eventfd tells it when some are done; one `io_getevents` collects them.
+
+The kernel runs an asynchronous fsync in a worker on the CPU that submitted
+it. Submitted by the loop, that is the loop's own CPU, where the fsync's
+kernel work (the writeback of the record and of the inode) preempts the loop.
+So a batch of `_STEER_FROM` requests or more is submitted by a helper thread
+that keeps itself off the CPU the loop runs on (`_Submitter`): the work
+runs beside the loop instead of in its way. The helper only changes where
+its own thread may run; smaller batches (a single run's fsyncs) are
+submitted by the loop itself, with no hand-off.
 
 The four system calls have no C library wrappers; they are called by number
 (x86-64 and the generic table of arm64/riscv64). Anything else, or a kernel
@@ -25,7 +34,9 @@ import errno
 import os
 import platform
 import re
+import queue
 import struct
+import threading
 from collections.abc import Callable
 
 from ._workers import Handed
@@ -42,6 +53,7 @@ _IOCB_CMD_FSYNC = 2
 _IOCB_FLAG_RESFD = 1
 _DEPTH = 1024  # requests in flight per context; more wait for the next submit
 _REAP = 256  # events collected per io_getevents call
+_STEER_FROM = 8  # requests in a batch from which the helper submits it (see _Submitter)
 
 _libc: ctypes.CDLL | None = None
 
@@ -89,7 +101,7 @@ class Syncer:
         self.pid = os.getpid()
         self._ctx = ctypes.c_ulong(ctx)
         self._efd = efd
-        _, self._destroy, self._submit, self._getevents = (ctypes.c_long(n) for n in calls)
+        _, self._destroy, self._submit_call, self._getevents = (ctypes.c_long(n) for n in calls)
         self._sys = _syscall()
         self._queued: list[_Request] = []
         self._shared: dict[str, _Request] = {}
@@ -98,6 +110,9 @@ class Syncer:
         self._next = 1
         self._closed = False
         self._idle: asyncio.Future[None] | None = None
+        # Held while a batch is submitted and while the context is destroyed:
+        # the helper never submits to a context that `close` gave back.
+        self._submitting = threading.Lock()
         self._events = ctypes.create_string_buffer(_EVENT.size * _REAP)
         self._zero = _Timespec(0, 0)
         loop.add_reader(efd, self._reap)
@@ -153,22 +168,47 @@ class Syncer:
             pointers[i] = base + i * _IOCB.size
             self._inflight[key] = request
         first = self._next - n
+        if n >= _STEER_FROM:
+            submitter = _submitter()
+            if submitter is not None:
+                submitter.hand(self, blocks, pointers, n, first)
+                return
+        self._submit(blocks, pointers, n, first, self._refused)
+
+    def _submit(self, blocks: ctypes.Array, pointers: ctypes.Array, n: int, first: int,
+                refuse: Callable[[int, OSError], None]) -> None:
+        """io_submit the packed batch (on the loop, or on the helper); `refuse(key, error)` each refusal."""
         done = 0
         step = ctypes.sizeof(ctypes.c_void_p)
-        while done < n:
-            got = self._sys(self._submit, self._ctx, ctypes.c_long(n - done), ctypes.byref(pointers, done * step))
-            if got > 0:
-                done += got
-                continue
-            err = ctypes.get_errno() if got < 0 else errno.EIO
-            if err == errno.EINTR:
-                continue
-            # The request at `done` was refused (EINVAL: no asynchronous fsync
-            # for this file or kernel; EAGAIN: no room; EBADF): it fails
-            # alone, the rest go on.
-            self._inflight.pop(first + done).land(None, Refused(err, os.strerror(err)))
-            done += 1
+        with self._submitting:
+            if self._closed:
+                for key in range(first, first + n):
+                    refuse(key, Refused(errno.EBADF, "the store's fsync context is closed"))
+                return
+            while done < n:
+                got = self._sys(self._submit_call, self._ctx, ctypes.c_long(n - done),
+                                ctypes.byref(pointers, done * step))
+                if got > 0:
+                    done += got
+                    continue
+                err = ctypes.get_errno() if got < 0 else errno.EIO
+                if err == errno.EINTR:
+                    continue
+                # The request at `done` was refused (EINVAL: no asynchronous
+                # fsync for this file or kernel; EAGAIN: no room; EBADF): it
+                # fails alone, the rest go on.
+                refuse(first + done, Refused(err, os.strerror(err)))
+                done += 1
+
+    def _refused(self, key: int, exc: OSError) -> None:
+        request = self._inflight.pop(key, None)
+        if request is not None:
+            request.land(None, exc)
         self._maybe_idle()
+
+    def _refused_from_helper(self, key: int, exc: OSError) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self.loop.call_soon_threadsafe(self._refused, key, exc)
 
     def _reap(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
@@ -215,9 +255,75 @@ class Syncer:
             if not self.loop.is_closed():
                 self.loop.remove_reader(self._efd)
         if os.getpid() == self.pid:
-            self._sys(self._destroy, self._ctx)
+            with self._submitting:
+                self._sys(self._destroy, self._ctx)
         with contextlib.suppress(OSError):
             os.close(self._efd)
+
+
+class _Submitter:
+    """The helper thread that submits large batches from a CPU other than the loop's.
+
+    One per process, started on first use. Each batch comes with the CPU the
+    loop was on when it packed it; the helper moves itself to the other CPUs
+    this process may use (`sched_setaffinity` of its own thread only) when
+    that CPU changes. If the kernel refuses the move, it submits from
+    wherever it runs.
+    """
+
+    def __init__(self, cpus: set[int], where: Callable[[], int]) -> None:
+        self._cpus = cpus
+        self._where = where
+        self._avoiding: int | None = None
+        self._steer = True
+        self._jobs: queue.SimpleQueue[tuple[Syncer, ctypes.Array, ctypes.Array, int, int, int]] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._main, name="polyloop-fsync-submit", daemon=True)
+        self.thread.start()
+
+    def hand(self, syncer: Syncer, blocks: ctypes.Array, pointers: ctypes.Array, n: int, first: int) -> None:
+        self._jobs.put((syncer, blocks, pointers, n, first, self._where()))
+
+    def _main(self) -> None:
+        while True:
+            syncer, blocks, pointers, n, first, cpu = self._jobs.get()
+            if self._steer and cpu != self._avoiding:
+                self._avoiding = cpu
+                try:
+                    os.sched_setaffinity(0, (self._cpus - {cpu}) or self._cpus)
+                except OSError:
+                    self._steer = False
+            syncer._submit(blocks, pointers, n, first, syncer._refused_from_helper)
+            del syncer, blocks, pointers
+
+
+_the_submitter: _Submitter | None = None
+_submitter_lock = threading.Lock()
+
+
+def _submitter() -> _Submitter | None:
+    """This process's `_Submitter`, or None where there is no other CPU to submit from."""
+    global _the_submitter
+    if _the_submitter is not None:
+        return _the_submitter
+    with _submitter_lock:
+        if _the_submitter is None:
+            cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+            getcpu = getattr(_libc, "sched_getcpu", None) if _libc is not None else None
+            if len(cpus) < 2 or getcpu is None:
+                return None
+            getcpu.restype = ctypes.c_int
+            _the_submitter = _Submitter(set(cpus), getcpu)
+        return _the_submitter
+
+
+def _forget_submitter() -> None:
+    global _the_submitter, _submitter_lock
+    _the_submitter = None  # a forked child has the variable but not the thread
+    _submitter_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_submitter)
 
 
 def _kernel() -> tuple[int, int]:

@@ -86,7 +86,9 @@ class JsonlStore:
     written), never followed and never waited on.
 
     The store owns a few disk threads and, on Linux, one kernel context for
-    asynchronous fsyncs per event loop (an eventfd), all made on first use.
+    asynchronous fsyncs per event loop (an eventfd), all made on first use;
+    large batches of fsyncs are submitted by one helper thread per process,
+    from a CPU other than the loop's.
     Close them with `await store.aclose()` or `async with
     JsonlStore(directory) as store:`; closing waits for the writes already
     handed over. A store used after `aclose` makes them again (closing frees

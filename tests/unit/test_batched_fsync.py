@@ -125,6 +125,88 @@ async def test_closing_returns_the_eventfd(tmp_path):
         await syncer.fsync(0)
 
 
+# -- large batches: submitted by the helper, off the loop's CPU ----------------
+
+several_cpus = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the helper submits from another CPU: this process may use only one"
+)
+
+
+@several_cpus
+async def test_a_large_batch_is_submitted_from_a_cpu_other_than_the_loops(tmp_path, monkeypatch):
+    handed: list[int] = []
+    real_hand = _aio._Submitter.hand
+
+    def hand(self, *args):
+        handed.append(args[3])  # (syncer, blocks, pointers, n, first)
+        real_hand(self, *args)
+
+    monkeypatch.setattr(_aio._Submitter, "hand", hand)
+    syncer = open_syncer(asyncio.get_running_loop())
+    fds = files(tmp_path, 64)
+    try:
+        small = _aio._STEER_FROM - 1
+        assert await asyncio.gather(*(syncer.fsync(fd) for fd in fds[:small])) == [None] * small
+        assert handed == []  # a small batch: the loop submits it itself
+        assert await asyncio.gather(*(syncer.fsync(fd) for fd in fds)) == [None] * 64
+        assert handed == [64]
+        submitter = _aio._submitter()
+        avoided = submitter._avoiding
+        assert avoided in os.sched_getaffinity(0)
+        assert os.sched_getaffinity(submitter.thread.native_id) == os.sched_getaffinity(0) - {avoided}
+    finally:
+        await syncer.aclose()
+        for fd in fds:
+            os.close(fd)
+
+
+@several_cpus
+async def test_a_refused_request_in_a_large_batch_fails_alone(tmp_path):
+    syncer = open_syncer(asyncio.get_running_loop())
+    fds = files(tmp_path, 12)
+    r, w = os.pipe()
+    try:
+        got = await asyncio.gather(*(syncer.fsync(fd) for fd in [*fds[:6], r, *fds[6:]]), return_exceptions=True)
+        assert got[:6] == [None] * 6 and got[7:] == [None] * 6
+        assert isinstance(got[6], OSError) and got[6].errno == errno.EINVAL
+        assert not syncer._inflight
+    finally:
+        await syncer.aclose()
+        for fd in [*fds, r, w]:
+            os.close(fd)
+
+
+@several_cpus
+async def test_a_batch_the_helper_has_not_submitted_when_the_context_closes_is_refused(tmp_path, monkeypatch):
+    import threading
+
+    go = threading.Event()
+    real_submit = Syncer._submit
+
+    def held_back(self, *args):
+        if threading.current_thread() is not threading.main_thread():
+            go.wait(10)
+        real_submit(self, *args)
+
+    monkeypatch.setattr(Syncer, "_submit", held_back)
+    syncer = open_syncer(asyncio.get_running_loop())
+    fds = files(tmp_path, 10)
+    try:
+        waits = asyncio.gather(*(syncer.fsync(fd) for fd in fds), return_exceptions=True)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(syncer._inflight) == 10  # with the helper, which waits
+        syncer.close()  # the context is given back first
+        go.set()
+        got = await asyncio.wait_for(waits, 10)
+        assert all(isinstance(e, OSError) and e.errno == errno.EBADF for e in got), got
+        assert not syncer._inflight
+    finally:
+        go.set()
+        for fd in fds:
+            os.close(fd)
+
+
 # -- the store -----------------------------------------------------------------
 
 
