@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode
@@ -29,6 +30,12 @@ def private_dir(label: str) -> Path:
     concurrent pytest session resets the permissions of its own tree under /tmp.
     """
     return Path(tempfile.mkdtemp(prefix=f"polyloop-{label}-"))
+
+
+def fresh_ids(prefix: str, n: int) -> list[str]:
+    """`n` run ids no earlier test used: `<prefix>-<random tag>-<i>` (the database outlives a test)."""
+    tag = uuid.uuid4().hex[:8]
+    return [f"{prefix}-{tag}-{i}" for i in range(n)]
 
 
 def with_search_path(url: str, schema: str) -> str:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from urllib.parse import quote
 
 import psycopg
@@ -29,6 +28,7 @@ from pg_helpers import (
     check_effects,
     check_invariants,
     effects,
+    fresh_ids,
     statuses,
     submit_runs,
     wait_for,
@@ -56,14 +56,9 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
-def ids(label: str, n: int) -> list[str]:
-    tag = uuid.uuid4().hex[:8]
-    return [f"pgf-{label}-{tag}-{i}" for i in range(n)]
-
-
 def test_a_client_frozen_in_a_transaction_is_reaped_and_others_proceed(pg_url, pg_conn, tmp_path):
     done = tmp_path / "effects"
-    locked, free = ids("frozen", 2)
+    locked, free = fresh_ids("pgf-frozen", 2)
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:reads", [locked, free]))
     frozen = subprocess.Popen([sys.executable, "-c", FROZEN, pg_url, locked, "3"], stdout=subprocess.PIPE, text=True)
     worker = None
@@ -116,7 +111,7 @@ def proxy(pg_url):
 def test_a_partitioned_worker_stops_and_its_late_writes_are_refused(pg_url, pg_conn, tmp_path, proxy):
     proxy, via_proxy = proxy
     done = tmp_path / "effects"
-    [run_id] = ids("partition", 1)
+    [run_id] = fresh_ids("pgf-partition", 1)
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:reads", [run_id]))
     first = WorkerProcess(via_proxy, done, lease=LEASE, slow=0.3)
     second = None
@@ -145,7 +140,7 @@ async def test_a_claim_cancelled_while_its_answer_is_on_the_way_gives_the_lease_
     # whose statement committed but whose answer had not arrived left its
     # lease held until it lapsed, and the re-run had to wait for it.
     proxy, via_proxy = proxy
-    [run_id] = ids("cancelled-claim", 1)
+    [run_id] = fresh_ids("pgf-cancelled-claim", 1)
     store, watcher = PostgresStore(via_proxy, lease=60), PostgresStore(pg_url)
     try:
         await store.holder(run_id)  # connected, schema checked: only the claim is left to send
@@ -170,7 +165,7 @@ async def test_a_claim_cancelled_while_its_answer_is_on_the_way_gives_the_lease_
 def test_connections_cut_mid_run_lose_nothing(pg_url, pg_conn, tmp_path, proxy):
     proxy, via_proxy = proxy
     done = tmp_path / "effects"
-    run_ids = ids("cut", 2)
+    run_ids = fresh_ids("pgf-cut", 2)
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:mixed", run_ids))
     worker = WorkerProcess(via_proxy, done, lease=LEASE, concurrency=2, slow=0.1, steps=8)
     try:
@@ -233,7 +228,7 @@ def throwaway_server(monkeypatch):
 def test_an_immediate_server_restart_loses_no_acknowledged_record(throwaway_server, tmp_path):
     url, restart = throwaway_server
     done = tmp_path / "effects"
-    run_ids = ids("restart", 2)
+    run_ids = fresh_ids("pgf-restart", 2)
     asyncio.run(submit_runs(url, f"{AGENTS}:mixed", run_ids))
     worker = WorkerProcess(url, done, lease=2.0, concurrency=2, slow=0.1, steps=8)
     try:

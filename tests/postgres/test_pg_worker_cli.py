@@ -10,7 +10,6 @@ import asyncio
 import signal
 import socket
 import time
-import uuid
 
 import psycopg
 import pytest
@@ -21,6 +20,7 @@ from pg_helpers import (
     check_effects,
     check_invariants,
     effects,
+    fresh_ids,
     statuses,
     submit_runs,
     wait_for,
@@ -29,14 +29,9 @@ from pg_helpers import (
 from pg_proxy import Proxy
 
 
-def ids(label: str, n: int) -> list[str]:
-    tag = uuid.uuid4().hex[:8]
-    return [f"pgc-{label}-{tag}-{i}" for i in range(n)]
-
-
 def test_until_idle_waits_for_a_dead_workers_lease_and_takes_its_run_over(own_db, pg_conn, tmp_path):
     done = tmp_path / "effects"
-    [run_id] = ids("idle", 1)
+    [run_id] = fresh_ids("pgc-idle", 1)
     asyncio.run(submit_runs(own_db, f"{AGENTS}:reads", [run_id]))
     dead = WorkerProcess(own_db, done, lease=3.0, slow=0.3)
     try:
@@ -61,7 +56,7 @@ def test_until_idle_waits_for_a_dead_workers_lease_and_takes_its_run_over(own_db
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_releases_every_lease_then_exits_130_for_sigint_and_0_for_sigterm(own_db, tmp_path, sig, code):
     done = tmp_path / "effects"
-    run_ids = ids("sig", 2)
+    run_ids = fresh_ids("pgc-sig", 2)
     asyncio.run(submit_runs(own_db, f"{AGENTS}:mixed", run_ids))
     worker = WorkerProcess(own_db, done, lease=30.0, concurrency=2, slow=0.3)
     try:
@@ -104,7 +99,7 @@ def test_an_unreachable_server_is_reported_once_backed_off_and_without_raw_drive
     schema = info["options"].partition("search_path=")[2]
     via = with_search_path(f"postgresql://{info.get('user', 'postgres')}@127.0.0.1:{proxy.port}/{info['dbname']}", schema)
     done = tmp_path / "effects"
-    [run_id] = ids("away", 1)
+    [run_id] = fresh_ids("pgc-away", 1)
     asyncio.run(submit_runs(own_db, f"{AGENTS}:reads", [run_id]))
     worker = WorkerProcess(via, done, lease=1.0, slow=0.5, steps=12)
     try:
@@ -141,7 +136,7 @@ def test_a_parked_run_says_how_to_reach_its_store_and_that_a_worker_continues_it
     from pathlib import Path
 
     payer = str(Path(__file__).resolve().parent.parent / "cli" / "approval_agents.py") + ":payer"
-    [run_id] = ids("parked", 1)
+    [run_id] = fresh_ids("pgc-parked", 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLYLOOP_")}
     env["APPROVAL_TEST_EFFECTS"] = str(tmp_path / "paid")
     polyloop = [sys.executable, "-m", "polyloop"]

@@ -12,7 +12,6 @@ import asyncio
 import os
 import signal
 import time
-import uuid
 
 from pg_helpers import (
     AGENTS,
@@ -20,6 +19,7 @@ from pg_helpers import (
     check_effects,
     check_invariants,
     effects,
+    fresh_ids,
     settle_parked,
     statuses,
     submit_runs,
@@ -27,11 +27,6 @@ from pg_helpers import (
 )
 
 LEASE = 1.0
-
-
-def ids(label: str, n: int) -> list[str]:
-    tag = uuid.uuid4().hex[:8]
-    return [f"pgw-{label}-{tag}-{i}" for i in range(n)]
 
 
 def finish_all(pg_url, pg_conn, run_ids, done, worker, timeout=90):
@@ -51,7 +46,7 @@ def finish_all(pg_url, pg_conn, run_ids, done, worker, timeout=90):
 
 def test_a_killed_worker_is_taken_over_within_about_the_lease(pg_url, pg_conn, tmp_path):
     done = tmp_path / "effects"
-    run_ids = ids("kill", 3)
+    run_ids = fresh_ids("pgw-kill", 3)
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:mixed", run_ids))
     first = WorkerProcess(pg_url, done, lease=LEASE, concurrency=3, slow=0.3)
     second = None
@@ -79,7 +74,7 @@ def test_a_killed_worker_is_taken_over_within_about_the_lease(pg_url, pg_conn, t
 
 def test_a_stopped_worker_woken_after_its_lease_is_fenced(pg_url, pg_conn, tmp_path):
     done = tmp_path / "effects"
-    [run_id] = ids("stop", 1)
+    [run_id] = fresh_ids("pgw-stop", 1)
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:reads", [run_id]))
     first = WorkerProcess(pg_url, done, lease=LEASE, slow=1.0)
     second = None
@@ -107,7 +102,7 @@ def test_a_stopped_worker_woken_after_its_lease_is_fenced(pg_url, pg_conn, tmp_p
 
 def test_sigterm_releases_held_runs_at_their_next_call(pg_url, pg_conn, tmp_path):
     done = tmp_path / "effects"
-    run_ids = ids("term", 2)
+    run_ids = fresh_ids("pgw-term", 2)
     asyncio.run(submit_runs(pg_url, f"{AGENTS}:mixed", run_ids))
     first = WorkerProcess(pg_url, done, lease=5.0, concurrency=2, slow=0.3)
     try:
