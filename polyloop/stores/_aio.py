@@ -74,6 +74,11 @@ class Refused(OSError):
     """The kernel refused the request itself (`io_submit`): no fsync was tried."""
 
 
+def _closed_refusal() -> Refused:
+    """What a request gets when the syncer closed before submitting it (queued, or with the helper)."""
+    return Refused(errno.EBADF, "the store's fsync context is closed")
+
+
 class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
@@ -147,7 +152,7 @@ class Syncer:
         if self._closed:
             queued, self._queued = self._queued, []
             for request in queued:
-                request.land(None, Refused(errno.EBADF, "the store's fsync context is closed"))
+                request.land(None, _closed_refusal())
             return
         room = _DEPTH - len(self._inflight)
         if room <= 0:  # the rest waits for completions to make room (see _reap)
@@ -183,7 +188,7 @@ class Syncer:
         with self._submitting:
             if self._closed:
                 for key in range(first, first + n):
-                    refuse(key, Refused(errno.EBADF, "the store's fsync context is closed"))
+                    refuse(key, _closed_refusal())
                 return
             while done < n:
                 got = self._sys(self._submit_call, self._ctx, ctypes.c_long(n - done),
