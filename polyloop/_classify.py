@@ -28,6 +28,7 @@ from ._artifact_walk import ArtifactHandlers
 from ._errors import CorruptLogError, Problem
 from ._calls_walk import CallHandlers, tool_calls_of
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
+from ._key_walk import KeyHandlers
 from ._ids import result_id as derive_result_id
 from ._recovery import (
     DEFAULT_MAX_ATTEMPTS,
@@ -194,7 +195,7 @@ def _tool_call(output: ModelCallResult | None) -> dict[str, Any] | None:
     return out.get("tool_call") if out else None
 
 
-class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, ArtifactHandlers):
+class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, ArtifactHandlers, KeyHandlers):
     """Reads a run's records one at a time and keeps what they mean.
 
     `feed` never raises on a bad record: it files a `Problem` (with the
@@ -395,7 +396,8 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, Arti
             if res is None and prev.intent.replay != "safe":
                 return 9, (f"`never` action {prev.result_id} was attempted again without a "
                            "not_executed resolution")
-        return None
+        first = attempts[0] if attempts else None
+        return self._action_key(rec, first, self.request_of(first.result_id if first else rec.result_id))
 
     def _result_target(self, rid: str, what: str) -> tuple[_Exec | None, tuple[int, str] | None]:
         x = self._by_id.get(rid)

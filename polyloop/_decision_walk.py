@@ -124,6 +124,7 @@ class DecisionHandlers:
     finished: Any
     approvals: dict[str, str]
     requests: dict[str, RequestView]
+    _request_key: Any
 
     def request_of(self, rid: str) -> RequestView | None:
         """The request recorded for the action whose first result id is `rid`, if any."""
@@ -163,6 +164,9 @@ class DecisionHandlers:
         wants = self.approvals.get(rec.tool)
         if (rec.kind == "answer") != (wants == "question") or wants is None:
             return 29, f"approval_request ({rec.kind}) for {rec.tool}, which run_started does not record as such"
+        bad = self._request_key(rec)
+        if bad is not None:
+            return bad
         self.requests[rid] = RequestView(rid, rec.kind, rec.step, rec.tool, rec.args, rec, None, index)
         return None
 
@@ -205,8 +209,6 @@ class DecisionHandlers:
             return 32, f"action {rec.tool} of step {rec.step} runs, but {first} was {r.decision.decision}"
         if rec.tool != r.tool or rec.args != r.approved_args:
             return 31, f"action intent {rec.result_id} does not carry the arguments approved for {first}"
-        if rec.idempotency_key != r.idempotency_key:
-            return 31, f"action intent {rec.result_id} does not carry the idempotency key of {first}"
         return None
 
     def _gate_completion(self, step: int) -> tuple[int, str] | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._ids import rollback_key
 from ._records import ActionResult, GuardCheck, Intent, Resolution
 
 if TYPE_CHECKING:
@@ -83,6 +82,7 @@ class GuardHandlers:
     _by_id: dict[str, _Exec]
     _last: _Exec | None
     steps: list[_Step]
+    _rollback_key: Any
 
     def _guarded_target(self, rid: str, what: str) -> tuple[_Exec | None, tuple[int, str] | None]:
         if self.minor < 1:
@@ -166,8 +166,9 @@ class GuardHandlers:
             return 16, f"rollback intent for {a.intent.tool}, which declares no undo or compensate rollback"
         if (rec.tool, rec.args, rec.replay) != (a.intent.tool, a.intent.args, "never"):
             return 19, f"rollback intent of step {rec.step} does not name the action's tool and arguments"
-        if rec.idempotency_key != rollback_key(a.intent.idempotency_key or ""):
-            return 13, f"rollback key {rec.idempotency_key!r} is not derived from {a.intent.idempotency_key!r}"
+        bad = self._rollback_key(rec, a)
+        if bad is not None:
+            return bad
         if rec.attempt != len(a.rollbacks) + 1:
             return 6, f"rollback attempt {rec.attempt} of step {rec.step} follows {len(a.rollbacks)} attempts"
         if a.rollbacks:

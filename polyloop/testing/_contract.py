@@ -19,6 +19,7 @@ from typing import Any
 from .._agent import Agent
 from .._classify import classify
 from .._errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
+from .._ids import idempotency_key, rollback_key
 from .._inspect import mark_resolved
 from .._model import ScriptedModel
 from .._records import (
@@ -84,7 +85,8 @@ def _sample_run(run_id: str) -> list[Record]:
         ),
         Intent(
             kind="action", step=1, attempt=1, result_id="s1-a1", tool="echo",
-            args={"text": "hi\n\"q\""}, replay="never", idempotency_key="pl-key",
+            args={"text": "hi\n\"q\""}, replay="never",
+            idempotency_key=idempotency_key(run_id, 1, "echo", {"text": "hi\n\"q\""}),
         ),
         Resolution(result_id="s1-a1", outcome="executed", observation="hi", by="op", reason="checked"),
         StepCompleted(step=1, result_id="s1-a1", observation="hi"),
@@ -375,18 +377,19 @@ async def unknown_major_version_is_refused(factory: StoreFactory) -> None:
 def _guarded_run(run_id: str) -> list[Record]:
     guards = {"precondition": True, "verify": True, "rollback": "undo", "reconcile": False, "irreversible": False}
     call = {"name": "pay", "args": {"amount": 5}}
+    key = idempotency_key(run_id, 1, "pay", {"amount": 5})  # the keys a writer derives (rule 36)
     return [
         RunStarted(run_id=run_id, goal="guarded", config={"max_steps": 2, "tools": [
             {"name": "pay", "replay": "never", "guards": guards}]}),
         Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
         ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": call}),
         Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="pay", args={"amount": 5},
-               replay="never", idempotency_key="pl-key"),
+               replay="never", idempotency_key=key),
         GuardCheck(result_id="s1-a1", guard="precondition", passed=True),
         ActionResult(result_id="s1-a1", observation="paid 5"),
         GuardCheck(result_id="s1-a1", guard="verify", passed=False, reason="ledger: 4", rollback="undo"),
         Intent(kind="rollback", step=1, attempt=1, result_id="s1-r1", tool="pay", args={"amount": 5},
-               replay="never", idempotency_key="pl-key-rollback"),
+               replay="never", idempotency_key=rollback_key(key)),
         ActionResult(result_id="s1-r1", observation="undone"),
         StepCompleted(step=1, result_id="s1-a1", observation="rolled back", is_error=True),
     ]
@@ -416,17 +419,18 @@ def _approved_run(run_id: str) -> list[Record]:
     args = {"amount": 500}
     sha = args_digest(args)
     call = {"name": "pay", "args": args}
+    key = idempotency_key(run_id, 1, "pay", args)  # the request's, which its edited action keeps
     return [
         RunStarted(run_id=run_id, goal="approved", config={"max_steps": 2, "tools": [
             {"name": "pay", "replay": "never", "approval": "required"}]}),
         Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
         ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": call}),
         ApprovalRequest(result_id="s1-a1", step=1, kind="approval", tool="pay", args=args, args_sha256=sha,
-                        idempotency_key="pl-key", reason="the tool requires approval"),
+                        idempotency_key=key, reason="the tool requires approval"),
         Decision(id="s1-a1", decision="approved", by="ann@host", request_sha256=sha,
                  args_sha256=args_digest({"amount": 400}), reason="cap", args={"amount": 400}),
         Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="pay", args={"amount": 400},
-               replay="never", idempotency_key="pl-key"),
+               replay="never", idempotency_key=key),
         StepCompleted(step=1, result_id="s1-a1", observation="paid 400"),
     ]
 
@@ -483,7 +487,7 @@ async def products_round_trip(factory: StoreFactory) -> None:
         Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
         ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": {"name": "keep", "args": {}}}),
         Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="keep", args={}, replay="safe",
-               idempotency_key="pl-key"),
+               idempotency_key=idempotency_key(two, 1, "keep", {})),
         Artifact(result_id="s1-a1", name="x.json", path=f"{two}.artifacts/x.json", size=3, sha256="ab" * 32),
     ]
     for r in records:

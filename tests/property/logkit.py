@@ -27,6 +27,7 @@ from polyloop import (
     RunStarted,
     StepCompleted,
 )
+from polyloop._ids import idempotency_key
 from polyloop._records import encode
 
 TOOLS = {"read": "safe", "grep": "safe", "write": "never", "send": "never"}
@@ -92,9 +93,11 @@ class RandomDraw:
         return "".join(self.rnd.choice("abcXYZ019_-.") for _ in range(self.rnd.randint(1, 12))).lstrip(".-") or "r"
 
 
-def simulate(d: Any) -> list[Any]:
-    """The whole record sequence of one run by a correct writer (finished or not)."""
-    run_id = d.run_id()
+def simulate(d: Any, run_id: str | None = None) -> list[Any]:
+    """The whole record sequence of one run by a correct writer (finished or not), of run
+    `run_id` (else a drawn one): its idempotency keys are derived from it."""
+    drawn = d.run_id()
+    run_id = run_id or drawn
     max_steps = 6 - d.int(1, 5)  # Hypothesis favours small numbers; favour long runs
     records: list[Any] = [
         RunStarted(
@@ -161,7 +164,7 @@ def simulate(d: Any) -> list[Any]:
             rid = f"s{step}-a{attempt}"
             records.append(Intent(kind="action", step=step, attempt=attempt, result_id=rid,
                                   tool=call["name"], args=call["args"], replay=replay,
-                                  idempotency_key=f"pl-{step:032x}"))
+                                  idempotency_key=idempotency_key(run_id, step, call["name"], call["args"])))
             choices = ["done", "done", "lost"] if replay == "safe" else ["done", "done", "executed", "not_executed"]
             fate = d.pick(choices) if attempt < 4 else "done"
             if fate == "lost":
@@ -180,6 +183,7 @@ def simulate(d: Any) -> list[Any]:
 def _several(d: Any, records: list[Any], step: int, calls: list[dict[str, Any]]) -> list[Any] | None:
     """The records of a step of several tool calls, as a correct writer makes them; returns
     `records` when the process died for good inside the step (the log ends there), else None."""
+    run_id = records[0].run_id
     latest: dict[int, int] = {}  # call -> its latest attempt
     outcomes: dict[int, dict[str, Any]] = {}
     for k, c in enumerate(calls, start=1):
@@ -194,7 +198,7 @@ def _several(d: Any, records: list[Any], step: int, calls: list[dict[str, Any]])
             c = calls[k - 1]
             records.append(Intent(kind="action", step=step, attempt=latest[k], result_id=f"s{step}-c{k}-a{latest[k]}",
                                   tool=c["name"], args=c["args"], replay=TOOLS[c["name"]],
-                                  idempotency_key=f"pl-{step:030x}{k:02x}", call=k))
+                                  idempotency_key=idempotency_key(run_id, step, c["name"], c["args"], k), call=k))
         again = []
         for k in pending:
             rid = f"s{step}-c{k}-a{latest[k]}"

@@ -17,7 +17,6 @@ watchdog turns a hang into a failure. Then the CLI reads the same files:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import faulthandler
 import json
 import os
@@ -128,9 +127,8 @@ def _mutate(rnd: random.Random, data: bytes, pool: list[bytes]) -> bytes:
 
 
 def _valid_log(rnd: random.Random, run_id: str) -> bytes:
-    records = logkit.simulate(logkit.RandomDraw(rnd))
+    records = logkit.simulate(logkit.RandomDraw(rnd), run_id)
     records = records[: rnd.randint(1, len(records))]
-    records[0] = dataclasses.replace(records[0], run_id=run_id)
     return logkit.to_bytes(records)
 
 

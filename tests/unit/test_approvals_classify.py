@@ -16,12 +16,13 @@ from polyloop import (
     check,
     classify,
 )
+from polyloop._ids import idempotency_key
 from polyloop._plan import AwaitDecision, Decided, RunAction, describe, plan
 from polyloop._records import args_digest
 
 ARGS = {"amount": 500}
 EDITED = {"amount": 400}
-KEY = "pl-k"
+KEY = idempotency_key("r", 1, "pay", ARGS)
 SHA = args_digest(ARGS)
 
 
@@ -42,7 +43,7 @@ def head(version="1.2", approval="required", tool="pay", args=ARGS, question=Fal
 
 def REQ(kind="approval", tool="pay", args=ARGS, sha=None, rid="s1-a1", step=1):
     return ApprovalRequest(result_id=rid, step=step, kind=kind, tool=tool, args=args,
-                           args_sha256=sha or args_digest(args), idempotency_key=KEY)
+                           args_sha256=sha or args_digest(args), idempotency_key=idempotency_key("r", step, tool, args))
 
 
 def DEC(decision="approved", args=None, request_sha=SHA, sha=None, answer=None, rid="s1-a1"):
@@ -111,7 +112,7 @@ BAD = {
     "edited args hashed wrong": (head() + [REQ(), DEC(args=EDITED, sha=SHA)], 30),
     "answer to an approval": (head() + [REQ(), DEC("answered", answer="x")], 30),
     "intent with other args than approved": (head() + [REQ(), DEC(args=EDITED), AI(args=ARGS)], 31),
-    "intent with another key": (head() + [REQ(), DEC(), AI(key="pl-other")], 31),
+    "intent with another key": (head() + [REQ(), DEC(), AI(key="pl-other")], 36),
     "intent before the decision": (head() + [REQ(), AI()], 32),
     "intent after a denial": (head() + [REQ(), DEC("denied"), AI()], 32),
     "intent of a required tool without a request": (head() + [AI()], 32),

@@ -7,6 +7,7 @@ import pytest
 
 from polyloop import RecordError, decode_record
 from polyloop._classify import walk
+from polyloop._ids import idempotency_key
 from polyloop._records import (
     Artifact,
     GuardCheck,
@@ -33,7 +34,7 @@ def step(n: int, tool: str = "extract") -> list:
         Intent(kind="model_call", step=n, attempt=1, result_id=f"s{n}-m1"),
         ModelCallResult(result_id=f"s{n}-m1", output={"text": None, "tool_call": {"name": tool, "args": {}}}),
         Intent(kind="action", step=n, attempt=1, result_id=f"s{n}-a1", tool=tool, args={}, replay="never",
-               idempotency_key=f"pl-{n}"),
+               idempotency_key=idempotency_key("r", n, tool, {})),
     ]
 
 

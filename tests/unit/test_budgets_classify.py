@@ -18,6 +18,7 @@ from polyloop import (
     check,
     classify,
 )
+from polyloop._ids import idempotency_key
 from polyloop._plan import CallModel, CrashLoopStop, FinishToolFailures, describe, plan
 from polyloop._classify import walk
 
@@ -35,7 +36,7 @@ def step(n, *, error=False, tool="t"):
         Intent(kind="model_call", step=n, attempt=1, result_id=f"s{n}-m1"),
         ModelCallResult(result_id=f"s{n}-m1", output={"text": None, "tool_call": {"name": tool, "args": {}}}),
         Intent(kind="action", step=n, attempt=1, result_id=f"s{n}-a1", tool=tool, args={}, replay="safe",
-               idempotency_key="k"),
+               idempotency_key=idempotency_key("r", n, tool, {})),
         StepCompleted(step=n, result_id=f"s{n}-a1", observation="error: down" if error else "ok", is_error=error),
     ]
 

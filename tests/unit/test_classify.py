@@ -15,6 +15,7 @@ from polyloop import (
     check,
     classify,
 )
+from polyloop._ids import idempotency_key
 
 
 def S(run_id="r", max_steps=5):
@@ -36,7 +37,8 @@ def MR(step, attempt=1, tool="t", args=None, final=None, error=None, rid=None):
 
 def AI(step, attempt=1, tool="t", args=None, replay="never", rid=None):
     return Intent(kind="action", step=step, attempt=attempt, result_id=rid or f"s{step}-a{attempt}",
-                  tool=tool, args=args or {}, replay=replay, idempotency_key="pl-k")
+                  tool=tool, args=args or {}, replay=replay,
+                  idempotency_key=idempotency_key("r", step, tool, args or {}))
 
 
 def SC(step, attempt=1, rid="auto"):

@@ -16,6 +16,7 @@ from polyloop import (
     check,
     classify,
 )
+from polyloop._ids import idempotency_key
 from polyloop._plan import (
     AbortAction,
     AlertStop,
@@ -32,7 +33,7 @@ from polyloop._plan import (
 )
 
 ALL = {"precondition": True, "verify": True, "rollback": "compensate", "reconcile": True, "irreversible": False}
-KEY = "pl-k"
+KEY = idempotency_key("r", 1, "t", {"x": 1})
 
 
 def S(guards=ALL, version="1.1", replay="never"):
@@ -149,7 +150,7 @@ CORRUPT = [
     ("rollback-without-failed-verification", ALL, [AI(), PRE(), RET(), VER(), RI()], 19),
     ("rollback-before-verification", ALL, [AI(), PRE(), RET(), RI()], 19),
     ("rollback-of-alert-kind", ALERT_KIND, [AI(), PRE(), RET(), VER(False, "alert"), RI()], 16),
-    ("rollback-with-foreign-key", ALL, [AI(), PRE(), RET(), VER(False), RI(key="pl-other")], 13),
+    ("rollback-with-foreign-key", ALL, [AI(), PRE(), RET(), VER(False), RI(key="pl-other")], 36),
     ("rollback-repeated-silently", ALL, [AI(), PRE(), RET(), VER(False), RI(), RI(2)], 19),
     ("reconcile-resolution-without-reconcile", {**ALL, "reconcile": False}, [AI(), PRE(), REC()], 16),
     ("verify-the-tool-lacks", {**ALL, "verify": False}, [AI(), PRE(), RET()], 16),

@@ -29,7 +29,7 @@ LOG_1_0 = [
     {"record": "model_call_result", "result_id": "s1-m1", "usage": None, "error": None, "at": AT,
      "output": {"text": None, "tool_call": {"name": "send", "args": {"text": "hi"}}}},
     {"record": "intent", "kind": "action", "step": 1, "attempt": 1, "result_id": "s1-a1", "tool": "send",
-     "args": {"text": "hi"}, "replay": "never", "idempotency_key": "pl-old", "at": AT},
+     "args": {"text": "hi"}, "replay": "never", "idempotency_key": "pl-27b418a05740059380cefd0c911d998e", "at": AT},
     # 1.0 resolutions have no `source`
     {"record": "resolution", "result_id": "s1-a1", "outcome": "executed", "observation": "sent", "by": "op",
      "reason": "seen", "at": AT},

@@ -23,6 +23,7 @@ from polyloop import (
     inspect_run,
     list_runs,
 )
+from polyloop._ids import idempotency_key
 
 T0 = "2026-12-01T08:00:00.000000Z"
 
@@ -32,7 +33,7 @@ def _records(run_id: str, shape: str, at: str) -> list:
     mi = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1", at=at)
     mr = ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": {"name": "t", "args": {}}}, at=at)
     ai = Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="t", args={}, replay="never",
-                idempotency_key="pl-k", at=at)
+                idempotency_key=idempotency_key(run_id, 1, "t", {}), at=at)
     sc = StepCompleted(step=1, result_id="s1-a1", observation="ok", at=at)
     rf = RunFinished(reason="max_steps", result=None, steps=1, at=at)
     body = {"finished": [mi, mr, ai, sc, rf], "needs_operator": [mi, mr, ai], "resumable": [mi, mr, ai, sc]}[shape]
