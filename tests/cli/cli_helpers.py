@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polyloop._ids import idempotency_key
+
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "agents.py"
 
@@ -67,6 +69,24 @@ class Cli:
     def records(self, run_id: str) -> list[dict[str, Any]]:
         lines = self.log(run_id).read_bytes().splitlines()
         return [json.loads(line) for line in lines if line.strip()]
+
+
+def renamed(log: bytes, old: str, new: str) -> bytes:
+    """The bytes of run `old`'s log as run `new` would have written them: its run id and the
+    idempotency keys derived from it replaced (a key that names another run is corrupt, rule 36)."""
+    keys: dict[str, str] = {}
+    for line in log.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a torn tail or garbage: nothing to re-derive
+        key = rec.get("idempotency_key") if isinstance(rec, dict) else None
+        if key and not key.endswith("-rollback") and key not in keys:
+            keys[key] = idempotency_key(new, rec["step"], rec["tool"], rec["args"], rec.get("call"))
+    out = log.replace(f'"run_id":"{old}"'.encode(), f'"run_id":"{new}"'.encode())
+    for before, after in keys.items():
+        out = out.replace(before.encode(), after.encode())
+    return out
 
 
 def target(name: str) -> str:

@@ -18,6 +18,7 @@ from cli_helpers import (
     clean_env,
     console_script,
     one_line_error,
+    renamed,
     start_slow,
     target,
     tree_digest,
@@ -178,7 +179,7 @@ def _many(cli: Cli, tmp_path: Path, count: int) -> Path:
     many = tmp_path / "many"
     many.mkdir()
     for i in range(count):
-        (many / f"r{i}.jsonl").write_bytes(seed.replace(b'"run_id":"seed"', f'"run_id":"r{i}"'.encode()))
+        (many / f"r{i}.jsonl").write_bytes(renamed(seed, "seed", f"r{i}"))
     return many
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import shutil
 
-from cli_helpers import one_line_error, target, tree_digest
+from cli_helpers import one_line_error, renamed, target, tree_digest
 
 
 def _logs(cli, tmp_path):
     cli("run", target("finishing"), "--goal", "g", "--run-id", "good")
     runs = cli.runs
     torn = runs / "torn.jsonl"
-    torn.write_bytes((runs / "good.jsonl").read_bytes().replace(b'"run_id":"good"', b'"run_id":"torn"') + b'{"record":"in')
+    torn.write_bytes(renamed((runs / "good.jsonl").read_bytes(), "good", "torn") + b'{"record":"in')
     return runs
 
 
@@ -24,7 +24,7 @@ def test_ok_and_torn_tails_pass_corruption_fails(cli, tmp_path):
 
     nested = runs / "sub"
     nested.mkdir()
-    (nested / "broken.jsonl").write_bytes((runs / "good.jsonl").read_bytes().replace(b'"run_id":"good"', b'"run_id":"broken"').replace(b"s1-a1", b"s9-a9", 1))
+    (nested / "broken.jsonl").write_bytes(renamed((runs / "good.jsonl").read_bytes(), "good", "broken").replace(b"s1-a1", b"s9-a9", 1))
     done = cli("verify", str(runs))
     assert done.code == 1
     assert "broken.jsonl" in done.stdout and "line" in done.stdout
@@ -56,7 +56,7 @@ def test_a_broken_invariant_is_named_by_its_number_in_json_and_text(cli, tmp_pat
     runs = _logs(cli, tmp_path)
     good = (runs / "good.jsonl").read_bytes()
     first = good.splitlines(keepends=True)[0]
-    (runs / "twice.jsonl").write_bytes(good.replace(b'"run_id":"good"', b'"run_id":"twice"')
+    (runs / "twice.jsonl").write_bytes(renamed(good, "good", "twice")
                                        + first.replace(b'"run_id":"good"', b'"run_id":"twice"'))
     doc = cli("verify", str(runs), "--json").json()
     [twice] = [f for f in doc["files"] if f["run_id"] == "twice"]
@@ -74,7 +74,7 @@ def test_thousands_of_logs_use_worker_processes(cli, tmp_path):
     many = tmp_path / "many"
     many.mkdir()
     for i in range(300):
-        (many / f"r{i}.jsonl").write_bytes(good.replace(b'"run_id":"good"', f'"run_id":"r{i}"'.encode()))
+        (many / f"r{i}.jsonl").write_bytes(renamed(good, "good", f"r{i}"))
     shutil.copy(runs / "torn.jsonl", many / "torn.jsonl")
     done = cli("verify", str(many), "--json", "--workers", "2")
     assert done.code == 0, done

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cli_helpers import clean_env, console_script, target
+from cli_helpers import clean_env, console_script, renamed, target
 
 
 def _many_logs(cli, tmp_path: Path, count: int) -> Path:
@@ -19,7 +19,7 @@ def _many_logs(cli, tmp_path: Path, count: int) -> Path:
     many = tmp_path / "many"
     many.mkdir()
     for i in range(count):
-        (many / f"r{i}.jsonl").write_bytes(seed.replace(b'"run_id":"seed"', f'"run_id":"r{i}"'.encode()))
+        (many / f"r{i}.jsonl").write_bytes(renamed(seed, "seed", f"r{i}"))
     return many
 
 

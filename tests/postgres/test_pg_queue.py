@@ -99,6 +99,7 @@ async def _started(store, run_id):
 async def _die_inside_charge(store, run_id):
     """Write, under a lease, what a worker writes up to the `charge` of step 2, then stop."""
     from polyloop import ModelCallResult, StepCompleted
+    from polyloop._ids import idempotency_key
 
     async with store.lock(run_id):
         for step, tool in ((1, "look"), (2, "charge")):
@@ -108,7 +109,7 @@ async def _die_inside_charge(store, run_id):
             replay = "safe" if tool == "look" else "never"
             await store.write_intent(run_id, Intent(
                 kind="action", step=step, attempt=1, result_id=f"s{step}-a1", tool=tool, args={"n": step - 1},
-                replay=replay, idempotency_key=f"k{step}"))
+                replay=replay, idempotency_key=idempotency_key(run_id, step, tool, {"n": step - 1})))
             if tool == "look":
                 await store.write_step_completed(run_id, StepCompleted(step=1, result_id="s1-a1", observation="looked 0"))
 
