@@ -13,7 +13,7 @@ while the released calls run. The audit, after every process:
 
 * no payment of a step ran before every request of that step was recorded
   and decided (the world's effects file, and the order of the log);
-* at the end each payment happened exactly once (none for a denied call,
+* at the end each payment happened once, never twice (none for a denied call,
   the edited amount for an edited one), and `polyloop verify --strict`
   finds the log clean.
 """
