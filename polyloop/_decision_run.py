@@ -44,8 +44,9 @@ def request_for(run: _Run, tool: Tool, nxt: RunAction) -> ApprovalRequest | None
     """The request to record when this call waits for a person (None: it need not wait).
 
     The run loop writes it (durable) before anything of the call runs and
-    stops: at once for a step's only call, once the step's other calls have
-    run for a call of several.
+    stops. In a step of several calls, nothing of the step runs while any of
+    its requests waits: every call waiting for a person records its request,
+    the run stops, and the step's calls run together once all are decided.
     """
     w = run.walker
     wants = w.approvals.get(tool.name) if w.minor >= 2 else None

@@ -396,8 +396,8 @@ class _Run:
             await self._complete(nxt.step, None, prepared, True, nxt.tool, history)
             return
         if isinstance(prepared, ApprovalRequest):
-            await self._write(prepared)  # durable before the run says it waits
-            raise ApprovalRequiredError(self.run_id, self.walker.waiting_requests())
+            await self._write(prepared)  # durable before the run says it waits (planner: AwaitDecision)
+            return
         tool, intent = prepared
         await self._write(intent)
         await self._execute(tool, _context(self, intent), nxt.args, history)
@@ -443,12 +443,16 @@ class _Run:
     async def _calls(self, nxt: StepCalls, history: _History) -> None:
         """Do every call's pending move of a step of several tool calls, or complete the step.
 
-        New intents of the step are written together, with one durable write
-        where the store can (`write_intents`), before any of the calls runs;
-        then the calls run concurrently, unless one of their tools declares
-        `concurrent=False` (then in order). Each call's outcome is recorded
-        as it comes (`action_result`). The planner sees the result and says
-        what is left: a verification, a rollback, or completing the step.
+        When any call of the step waits for a person, its request is recorded
+        (durable) and nothing of the step runs: the planner then says the
+        step waits (`AwaitDecision`) until every request of it is decided.
+        Otherwise new intents of the step are written together, with one
+        durable write where the store can (`write_intents`), before any of
+        the calls runs; then the calls run concurrently, unless one of their
+        tools declares `concurrent=False` (then in order). Each call's
+        outcome is recorded as it comes (`action_result`). The planner sees
+        the result and says what is left: a verification, a rollback, or
+        completing the step.
         """
         step = nxt.step
         work: list[tuple[Any, Tool | None, Intent | None]] = []
@@ -461,16 +465,17 @@ class _Run:
                 if isinstance(prepared, str):
                     self.refused[(step, k)] = prepared
                 elif isinstance(prepared, ApprovalRequest):
-                    requests.append(prepared)  # this call waits; the others run meanwhile
+                    requests.append(prepared)
                 else:
                     work.append((move, *prepared))
             else:
                 work.append((move, self.tools.get(move.tool), None))
-        for request in requests:
-            await self._write(request)
+        if requests:
+            for request in requests:  # every request of the step before the run says it waits
+                await self._write(request)
+            return  # none of the step's calls runs: the planner now says AwaitDecision
         if not work:
-            if not requests:
-                await self._complete_calls(nxt, history)
+            await self._complete_calls(nxt, history)
             return
         intents = [intent for _, _, intent in work if intent is not None]
         if intents:

@@ -199,8 +199,10 @@ class StepCalls:
 
     Each move is what the call alone needs: `RunAction`, `ContinueAction`,
     `Verify`, `Rollback` or `Reconcile` (work to do, done together), or
-    `Complete`, `ReuseResolution` or `AbortAction` (its outcome is known).
-    When every call's outcome is known the step completes with all of them.
+    `Complete`, `ReuseResolution`, `AbortAction` or `Decided` (its outcome is
+    known). When every call's outcome is known the step completes with all
+    of them. A step any of whose calls waits for a person is never a
+    `StepCalls`: it is an `AwaitDecision`, and nothing of it runs.
     """
 
     step: int
@@ -208,8 +210,8 @@ class StepCalls:
 
     @property
     def pending(self) -> tuple[Any, ...]:
-        """The moves that are work to do now (empty: the step can complete, or waits for a person)."""
-        return tuple(m for m in self.moves if not isinstance(m, (*SETTLED, AwaitDecision)))
+        """The moves that are work to do now (empty: the step can complete)."""
+        return tuple(m for m in self.moves if not isinstance(m, SETTLED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +225,8 @@ class AlertStop:
 class AwaitDecision:
     """Tool calls wait for a person (log format 1.2): stop until each is approved, denied or answered.
 
-    `requests` are the waiting `RequestView`s, in log order.
+    Nothing of their step runs meanwhile, not even its calls that wait for
+    nobody. `requests` are the waiting `RequestView`s, in log order.
     """
 
     requests: tuple[Any, ...]
@@ -320,11 +323,11 @@ def plan(state: Recovery | Walker) -> Next:
         moves = tuple(
             _call_move(state, view.step, k, a, c) for k, (a, c) in enumerate(zip(view.calls, calls), start=1)
         )
-        step_calls = StepCalls(view.step, moves)
-        if not step_calls.pending and any(isinstance(m, AwaitDecision) for m in moves):
-            # Every other call has its outcome: the step waits for the people now.
+        if any(isinstance(m, AwaitDecision) for m in moves):
+            # Nothing of a step runs while any of its calls waits for a person: the
+            # other calls run with the approved ones once every request is decided.
             return AwaitDecision(tuple(state.waiting_requests()))
-        return step_calls
+        return StepCalls(view.step, moves)
     call = _tool_call(view.output)
     if call is None:
         return CompleteFinal(view.step, view.output.output.get("text") if view.output.output else None)

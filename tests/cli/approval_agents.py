@@ -25,3 +25,33 @@ def payer() -> Agent:
 def asker() -> Agent:
     script = [{"tool": "ask_human", "args": {"question": "which \x1b[31mcolour?"}}, {"final": "asked"}]
     return Agent(model=ScriptedModel(script), tools=[ask_human])
+
+
+@tool
+def note(text: str, ctx: ToolContext) -> str:
+    """Write a note (`never`: an effect that must not repeat); waits for nobody."""
+    out = Path(os.environ["APPROVAL_TEST_EFFECTS"])
+    out.mkdir(exist_ok=True)
+    (out / f"{ctx.result_id}-note-{text}").write_text(ctx.idempotency_key)
+    return f"noted {text}"
+
+
+def _step_of(*calls: tuple[str, dict]) -> Agent:
+    script = [{"calls": [{"tool": t, "args": a} for t, a in calls]}, {"final": "done"}]
+    return Agent(model=ScriptedModel(script), tools=[note, pay, ask_human])
+
+
+def note_and_pay() -> Agent:
+    """One step of two calls: a note that waits for nobody, a payment that waits for approval."""
+    return _step_of(("note", {"text": "hello"}), ("pay", {"amount": 500, "to": "bob"}))
+
+
+def two_payments() -> Agent:
+    """One step of three calls: two payments that wait for approval around a note."""
+    return _step_of(("pay", {"amount": 500, "to": "bob"}), ("note", {"text": "hello"}),
+                    ("pay", {"amount": 600, "to": "cy"}))
+
+
+def ask_and_note() -> Agent:
+    """One step of two calls: a question for a person, and a note."""
+    return _step_of(("ask_human", {"question": "which colour?"}), ("note", {"text": "hello"}))

@@ -7,11 +7,15 @@
 
 `POLYLOOP_KILL_AT=before|after:KIND:N` SIGKILLs this real process just before
 or just after the N-th write of KIND by it; KIND is `approval_request`,
-`decision`, `intent:model_call`, `intent:action`, `step_completed`,
-`model_call_result`, `resolution` or `run_finished`. The tool `pay` appends
-one line per execution to `$EFFECTS` and fsyncs it before it returns, so the
-world's ground truth survives the kill. Exit codes follow the CLI: 0
-finished or recorded, 1 failure, 2 refused, 3 waits for a person or operator.
+`decision`, `intent:model_call`, `intent:action`, `intents` (a step's several
+intents written together), `action_result`, `step_completed`,
+`model_call_result`, `resolution` or `run_finished`; or just before or after
+the N-th side effect of `pay` in this process (KIND `effect`). The tool `pay`
+appends one line per execution to `$EFFECTS` and fsyncs it before it returns,
+so the world's ground truth survives the kill. `APPROVAL_SCRIPT=step` runs
+`STEP_SCRIPT` (steps of several tool calls) instead of `SCRIPT`. Exit codes
+follow the CLI: 0 finished or recorded, 1 failure, 2 refused, 3 waits for a
+person or operator.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections import Counter
 from typing import Any
 
@@ -41,11 +46,22 @@ from polyloop import (
 )
 
 KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
+_effects = Counter[str]()
+_effects_lock = threading.Lock()  # the calls of a step of several pay in threads at once
+
+
+def _effect_cue(when: str) -> None:
+    with _effects_lock:
+        _effects[when] += 1
+        n = _effects[when]
+    if KILL_AT == f"{when}:effect:{n}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @tool(approval=lambda args: args["amount"] > 100)
 def pay(amount: int, to: str, ctx: ToolContext) -> str:
     """Pay someone (an effect in the world: one fsync'd line per execution)."""
+    _effect_cue("before")
     fd = os.open(os.environ["EFFECTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         line = {"amount": amount, "to": to, "key": ctx.idempotency_key, "result_id": ctx.result_id}
@@ -53,6 +69,7 @@ def pay(amount: int, to: str, ctx: ToolContext) -> str:
         os.fsync(fd)
     finally:
         os.close(fd)
+    _effect_cue("after")
     return f"paid {amount} to {to}"
 
 
@@ -64,8 +81,21 @@ SCRIPT = [
 ]
 
 
+# Two steps of several calls: two payments that wait for approval around one
+# that waits for nobody; then a question beside a payment that waits for nobody.
+STEP_SCRIPT = [
+    {"calls": [{"tool": "pay", "args": {"amount": 500, "to": "bob"}},
+               {"tool": "pay", "args": {"amount": 5, "to": "al"}},
+               {"tool": "pay", "args": {"amount": 600, "to": "cy"}}]},
+    {"calls": [{"tool": "ask_human", "args": {"question": "which colour?"}},
+               {"tool": "pay", "args": {"amount": 7, "to": "dee"}}]},
+    {"final": "done"},
+]
+
+
 def agent() -> Agent:
-    return Agent(model=ScriptedModel(SCRIPT), tools=[pay, ask_human])
+    script = STEP_SCRIPT if os.environ.get("APPROVAL_SCRIPT") == "step" else SCRIPT
+    return Agent(model=ScriptedModel(script), tools=[pay, ask_human])
 
 
 class CueStore(JsonlStore):
@@ -87,6 +117,12 @@ class CueStore(JsonlStore):
 
     async def write_intent(self, run_id, record):
         await self._cue(f"intent:{record.kind}", super().write_intent(run_id, record))
+
+    async def write_intents(self, run_id, records):
+        await self._cue("intents", super().write_intents(run_id, records))
+
+    async def write_action_result(self, run_id, record):
+        await self._cue("action_result", super().write_action_result(run_id, record))
 
     async def write_model_call_result(self, run_id, record):
         await self._cue("model_call_result", super().write_model_call_result(run_id, record))
