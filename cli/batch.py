@@ -165,7 +165,6 @@ def _settle(run: BatchRun, directory: str) -> list[tuple[str, str]]:
 def _json_doc(report: BatchReport, again: str) -> dict:
     """The report's document, plus the commands a script can run next (the same as printed)."""
     doc = report.to_json()
-    doc["directory"] = render.place(doc["directory"])  # never a password in the output
     for entry, run in zip(doc["runs"], report.runs, strict=True):
         entry["next"] = [command for command, _ in _settle(run, report.directory)]
     doc["next"] = None if report.outcome == "finished" else again
