@@ -172,6 +172,8 @@ def failures(scope: Scope) -> Iterator[Scope]:
             kind = "unexpected"
         render.failure(exc, code, scope, kind=kind, show_traceback=_debug)
         raise typer.Exit(code) from None
+    finally:
+        render.store_note()
 
 
 def usage_failure(exc: ClickException, *, json: bool) -> int:

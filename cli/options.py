@@ -10,7 +10,6 @@ import typer
 from polyloop import default_directory
 from polyloop.stores import store_kind
 
-from . import render
 from .errors import BadInput
 
 Directory = Annotated[
@@ -55,10 +54,8 @@ def where(directory_given: str | None, store_given: str | None) -> str:
 
 
 def checked(spec: str) -> str:
-    """`spec`, once the library has classified it (`StoreUrlError`, exit 2, for `mysql://...`);
-    says on stderr how the commands printed for it get a password they leave out."""
+    """`spec`, once the library has classified it (`StoreUrlError`, exit 2, for `mysql://...`)."""
     store_kind(spec)
-    render.store_note(spec)
     return spec
 
 

@@ -188,9 +188,14 @@ def dir_flag(directory: str | None) -> str:
         return ""
     default = os.environ.get("POLYLOOP_STORE") or default_directory()
     if store_kind(directory) == "postgresql":
+        if directory == default:
+            return ""
         # Never a secret in a command to paste (a terminal, a CI log): the
-        # reader supplies it the way libpq does (PGPASSWORD, ~/.pgpass); see store_note.
-        return "" if directory == default else f" --store {shlex.quote(place(directory))}"
+        # reader supplies it the way libpq does (PGPASSWORD, ~/.pgpass); store_note says so.
+        shown = place(directory)
+        if shown != directory:
+            _secrets_left_out.append(shown)
+        return f" --store {shlex.quote(shown)}"
     if Path(directory) == Path(default):
         return ""
     return f" --dir {shlex.quote(directory)}"
@@ -201,13 +206,17 @@ def place(where: str) -> str:
     return redact_url(where)
 
 
-def store_note(where: str) -> None:
-    """Say on stderr, once per command, that the commands printed for a store URL leave its secrets out."""
-    if dir_flag(where) and place(where) != where:
+_secrets_left_out: list[str] = []  # store URLs a command printed without their secrets
+
+
+def store_note() -> None:
+    """Once a command is done: if it printed a store URL without its secrets, say where they come from."""
+    if _secrets_left_out:
+        _secrets_left_out.clear()
         _line(
             err(),
             ("polyloop: note: ", "dim"),
-            "the store URL's password is never printed, so the commands shown leave it out: give it "
+            "the commands printed leave the store URL's password out (it is never printed): give it "
             "with PGPASSWORD or ~/.pgpass, or put the URL in $POLYLOOP_STORE and leave --store out",
         )
 
