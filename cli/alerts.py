@@ -25,7 +25,7 @@ from polyloop import (
     StepCompleted,
     decode_record,
 )
-from polyloop.stores import open_store
+from polyloop.stores import open_store, store_kind
 
 from . import render
 
@@ -75,7 +75,7 @@ def _guarded(where: str, run_id: str) -> bool:
     For a JSONL log only its first line is read: the whole log is read
     again only for runs that can have alerts. Other stores say yes.
     """
-    if where.startswith(("postgresql://", "postgres://")):
+    if store_kind(where) == "postgresql":
         return True
     try:
         started = decode_record(orjson.loads(_first_line(str(JsonlStore(where).path(run_id)))))

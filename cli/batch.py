@@ -117,7 +117,6 @@ def command(
             raise BadInput("--lease applies to a PostgreSQL store (--store postgresql://...)")
         options.utf8(target, "TARGET")
         options.utf8(goals_file, "GOALS_FILE")
-        again = _again_command(target, goals_file, name, where if (directory or store_url) else None, lease)
         # With --json, stdout is the one document: whatever the agent's module
         # prints as the batch loads it goes to stderr, as the workers' output does.
         quiet = contextlib.redirect_stdout(sys.stderr) if json else contextlib.nullcontext()
@@ -130,6 +129,10 @@ def command(
                 )
         except BatchInterrupted as exc:
             report = exc.report
+        # Made only when printed: a command that names the store is what store_note's note is about.
+        again = "" if report.outcome == "finished" else _again_command(
+            target, goals_file, name, where if (directory or store_url) else None, lease
+        )
         if json:
             render.print_json(_json_doc(report, again))
         else:
@@ -139,6 +142,8 @@ def command(
 
 def _settle(run: BatchRun, directory: str) -> list[tuple[str, str]]:
     """The commands that settle what a parked run waits for, each with what it means."""
+    if not run.waiting:
+        return []
     flag = render.dir_flag(directory)
     rid = shlex.quote(str(run.run_id))
     out = []
@@ -165,7 +170,6 @@ def _settle(run: BatchRun, directory: str) -> list[tuple[str, str]]:
 def _json_doc(report: BatchReport, again: str) -> dict:
     """The report's document, plus the commands a script can run next (the same as printed)."""
     doc = report.to_json()
-    doc["directory"] = render.place(doc["directory"])  # never a password in the output
     for entry, run in zip(doc["runs"], report.runs, strict=True):
         entry["next"] = [command for command, _ in _settle(run, report.directory)]
     doc["next"] = None if report.outcome == "finished" else again

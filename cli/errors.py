@@ -8,7 +8,8 @@
          a target that cannot be loaded, mark-resolved on an execution that is not an
          open unknown, approve/deny/answer on a request the run does not wait for (or a
          hash that differs), a run held by another live process, bad flags, a batch that
-         cannot start (no goals file, an unsafe name, already running)
+         cannot start (no goals file, an unsafe name, already running), a store URL of a
+         scheme PolyLoop does not serve (mysql://, sqlite://, postgresql+psycopg://)
     3    the run stopped and needs an operator (an unknown `never` execution or rollback,
          an alert: a failed verification that no rollback undid, or a tool call that waits
          for a person's approval or answer)
@@ -48,6 +49,7 @@ from polyloop import (
     RunMismatchError,
     RunNotFoundError,
     StoreError,
+    StoreUrlError,
     TargetError,
 )
 
@@ -77,6 +79,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (CorruptLogError, FAILURE),  # and SchemaVersionError
     (ModelCallError, FAILURE),
     (StoreError, FAILURE),
+    (StoreUrlError, USAGE),  # a store URL of another scheme (mysql://...): nothing was opened
     (InvalidRunIdError, USAGE),
     (InvalidInputError, USAGE),
     (RunNotFoundError, USAGE),
@@ -169,6 +172,8 @@ def failures(scope: Scope) -> Iterator[Scope]:
             kind = "unexpected"
         render.failure(exc, code, scope, kind=kind, show_traceback=_debug)
         raise typer.Exit(code) from None
+    finally:
+        render.store_note()
 
 
 def usage_failure(exc: ClickException, *, json: bool) -> int:

@@ -74,7 +74,7 @@ def command(
             with render.ls_progress(show) as progress:
                 runs = list_runs(where, statuses=wanted or None, progress=progress)
         except OSError as exc:
-            raise BadInput(f"cannot list runs in {where}: {exc.strerror or exc}") from exc
+            raise BadInput(f"cannot list runs in {render.place(where)}: {exc.strerror or exc}") from exc
         if json:
             render.print_json([s.to_json() for s in runs])
         else:

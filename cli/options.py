@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from polyloop import default_directory
+from polyloop.stores import store_kind
 
 from .errors import BadInput
 
@@ -46,15 +47,21 @@ def directory(given: str | None) -> str:
 
 def where(directory_given: str | None, store_given: str | None) -> str:
     """Where runs live, as `open_store` takes it: `--store`, `--dir`, `$POLYLOOP_STORE`,
-    `$POLYLOOP_DIR`, else `./runs`."""
+    `$POLYLOOP_DIR`, else `./runs`; refused (exit 2) if it is a URL of a scheme PolyLoop does not serve."""
     if directory_given and store_given:
         raise BadInput("give --dir or --store, not both")
-    return store_given or directory_given or os.environ.get("POLYLOOP_STORE") or default_directory()
+    return checked(store_given or directory_given or os.environ.get("POLYLOOP_STORE") or default_directory())
+
+
+def checked(spec: str) -> str:
+    """`spec`, once the library has classified it (`StoreUrlError`, exit 2, for `mysql://...`)."""
+    store_kind(spec)
+    return spec
 
 
 def is_url(spec: str) -> bool:
     """Whether `spec` names a database rather than a directory."""
-    return spec.startswith(("postgresql://", "postgres://"))
+    return store_kind(spec) == "postgresql"
 
 
 def utf8(value: str | None, flag: str) -> str | None:

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from rich.console import Console
@@ -44,6 +43,7 @@ from polyloop import (
     VerifyReport,
     default_directory,
 )
+from polyloop.stores import redact_url, store_kind
 
 if TYPE_CHECKING:
     from .errors import Scope
@@ -187,25 +187,38 @@ def dir_flag(directory: str | None) -> str:
     if directory is None:
         return ""
     default = os.environ.get("POLYLOOP_STORE") or default_directory()
-    if directory.startswith(("postgresql://", "postgres://")):
-        # Never a password in a command to paste (a terminal, a CI log): the
-        # reader supplies it the way libpq does (PGPASSWORD, ~/.pgpass).
-        return "" if directory == default else f" --store {shlex.quote(place(directory))}"
-    if not directory.startswith(("postgresql://", "postgres://")) and Path(directory) == Path(default):
+    if store_kind(directory) == "postgresql":
+        if directory == default:
+            return ""
+        # Never a secret in a command to paste (a terminal, a CI log): the
+        # reader supplies it the way libpq does (PGPASSWORD, ~/.pgpass); store_note says so.
+        shown = place(directory)
+        if shown != directory:
+            _secrets_left_out.append(shown)
+        return f" --store {shlex.quote(shown)}"
+    if Path(directory) == Path(default):
         return ""
     return f" --dir {shlex.quote(directory)}"
 
 
 def place(where: str) -> str:
-    """Where runs live, for a message: a directory as given, a database URL without its password."""
-    if not where.startswith(("postgresql://", "postgres://")):
-        return where
-    parts = urlsplit(where)
-    if parts.password is None:
-        return where
-    host = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=f"{user}{host}"))
+    """Where runs live, for a message: a directory as given, a database URL without its secrets."""
+    return redact_url(where)
+
+
+_secrets_left_out: list[str] = []  # store URLs a command printed without their secrets
+
+
+def store_note() -> None:
+    """Once a command is done: if it printed a store URL without its secrets, say where they come from."""
+    if _secrets_left_out:
+        _secrets_left_out.clear()
+        _line(
+            err(),
+            ("polyloop: note: ", "dim"),
+            "the commands printed leave the store URL's password out (it is never printed): give it "
+            "with PGPASSWORD or ~/.pgpass, or put the URL in $POLYLOOP_STORE and leave --store out",
+        )
 
 
 def resume_command(run_id: str, directory: str | None) -> str:

@@ -98,7 +98,7 @@ def command(
             raise RunExistsError(rid)  # before the target is imported and an id announced
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
-        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{where} run {rid}"
+        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{render.place(where)} run {rid}"
         render.run_begins(rid, log)
         since = alerts.now()
         try:

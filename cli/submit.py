@@ -44,7 +44,7 @@ def postgres_store(
     url = url or os.environ.get("POLYLOOP_STORE") or ""
     if not url:
         raise BadInput("give the PostgreSQL store: --store postgresql://... (or set POLYLOOP_STORE)")
-    if not url.startswith(("postgresql://", "postgres://")):
+    if not options.is_url(options.checked(url)):  # another scheme:// is refused as such
         raise BadInput(f"the queue needs a PostgreSQL store (postgresql://...), not {url!r}")
     store = open_store(url)  # a clear StoreError when the postgres extra is missing
     if lease is not None:

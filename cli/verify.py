@@ -66,7 +66,7 @@ def command(
         given = [w for w in (directory, dir_option, store_url) if w is not None]
         if len(given) > 1:
             raise BadInput("give one of DIR, --dir and --store")
-        where = given[0] if given else options.where(None, None)
+        where = options.checked(given[0]) if given else options.where(None, None)
         scope.directory = where
         show = not json and sys.stderr.isatty()
         with render.verify_progress(show) as progress:

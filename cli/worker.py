@@ -41,10 +41,15 @@ Json = Annotated[
 
 
 def _printer(as_json: bool, url: str):
-    # The commands a parked run's detail names read the default store; say how to reach this one.
-    flag = render.dir_flag(url)
-    parked_hint = f"  (run them with{flag}; once settled, a worker continues the run)" if flag else (
-        "  (once settled, a worker continues the run)")
+    hint: list[str] = []
+
+    def parked_hint() -> str:
+        # The commands a parked run's detail names read the default store; say how to reach this one.
+        if not hint:  # made when first printed: it may leave a password out, which store_note explains
+            flag = render.dir_flag(url)
+            hint.append(f"  (run them with{flag}; once settled, a worker continues the run)" if flag else
+                        "  (once settled, a worker continues the run)")
+        return hint[0]
 
     def show(event: WorkerEvent) -> None:
         if as_json:
@@ -63,8 +68,9 @@ def _printer(as_json: bool, url: str):
         if event.detail:
             parts.append(f"{gap}{render.clip(event.detail, 400)}")
         if event.event == "parked":
-            parts.append((parked_hint, "dim"))
+            parts.append((parked_hint(), "dim"))
         render._line(render.out(), *parts)
+        render.store_note()  # at once, not when the worker exits: it may run for days
 
     return show
 

@@ -38,6 +38,7 @@ from ._errors import (
     RunNotFoundError,
     SchemaVersionError,
     StoreError,
+    StoreUrlError,
     TargetError,
     TransientModelError,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "StepView",
     "Store",
     "StoreError",
+    "StoreUrlError",
     "TargetError",
     "Tool",
     "ToolCall",

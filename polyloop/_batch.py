@@ -39,14 +39,13 @@ from ._batch_plan import (
 from ._batch_report import BatchProgress, BatchReport, BatchRun, count
 from ._errors import TargetError
 from ._target import load_target
-from .stores import _postgres_class
+from .stores import _postgres_class, store_kind
 
 DEFAULT_CONCURRENCY = 16
 # A run whose worker process died this many times in one invocation is reported
 # `failed` instead of being handed out again (it may be what kills them).
 MAX_DEATHS = 3
 PROGRESS_EVERY = 0.1
-_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 class BatchInterrupted(KeyboardInterrupt):
@@ -126,6 +125,8 @@ def run_batch(
             unreadable, or the batch is already running.
         StoreError: the database cannot be reached or failed (or psycopg is
             not installed).
+        StoreUrlError: `directory` is a URL of a scheme PolyLoop does not
+            serve (`mysql://...`); nothing was created.
         TargetError: the target cannot be loaded.
         BatchInterrupted: Ctrl-C; its `report` says where each run stands.
 
@@ -142,7 +143,7 @@ def run_batch(
     is_file = isinstance(goals, str | os.PathLike)
     name = check_name(name) if name is not None else (default_name(goals) if is_file else "batch")  # type: ignore[arg-type]
     spec = os.fspath(directory) if directory is not None else (os.environ.get("POLYLOOP_STORE") or default_directory())
-    on_database = isinstance(spec, str) and spec.startswith(_URL_SCHEMES)
+    on_database = store_kind(spec) == "postgresql"  # another scheme:// is refused before anything is made
     lines = read_goals(goals, name=name)
     load_target(target)  # a bad target fails before anything is written
     target = _canonical(target)

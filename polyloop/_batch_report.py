@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .stores._url import redact_url
+
 Status = Literal[
     "finished", "needs_operator", "failed", "corrupt", "invalid", "changed", "active", "interrupted"
 ]
@@ -124,7 +126,7 @@ class BatchReport:
         return {
             "name": self.name,
             "target": self.target,
-            "directory": self.directory,
+            "directory": redact_url(self.directory),  # never a password in a document
             "outcome": self.outcome,
             "summary": {"total": len(self.runs), **self.counts},
             "steps": self.steps,

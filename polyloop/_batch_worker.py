@@ -40,7 +40,7 @@ from ._errors import (
 )
 from ._inspect import inspect_run
 from ._target import load_target
-from .stores import JsonlStore
+from .stores import JsonlStore, store_kind
 
 STEPS_EVERY = 0.2
 
@@ -79,7 +79,7 @@ def _open_store(settings: dict[str, Any]) -> Any:
     are enough for every run at a time plus a lease renewal.
     """
     where = settings["directory"]
-    if where.startswith(("postgresql://", "postgres://")):
+    if store_kind(where) == "postgresql":
         from .stores import PostgresStore
 
         size = max(2, min(int(settings.get("concurrency") or 1) + 1, 10))

@@ -22,7 +22,8 @@
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
     ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
     │   └── MalformedResponseError  (polyloop.openai) an answer that cannot be read
-    └── StoreError             the store could not write or read (fail closed)
+    ├── StoreError             the store could not write or read (fail closed)
+    └── StoreUrlError          a store spec is a URL of a scheme PolyLoop does not serve (before any write)
 
 Every message says what happened and, where there is one, what to do next.
 Tool failures are not errors: they become observations the model sees.
@@ -442,6 +443,30 @@ class StoreError(PolyLoopError):
 
     def __init__(self, message: str, *, run_id: str | None = None) -> None:
         self.run_id = run_id
+        super().__init__(message)
+
+
+class StoreUrlError(PolyLoopError, ValueError):
+    """A store spec looks like a URL (`scheme://`) of a scheme PolyLoop does not serve.
+
+    Differs from `StoreError` (a store that exists failed): this is refused
+    before any store is opened, so nothing (no folder named `mysql:`) is
+    created. Stores are a directory or `postgresql://` (`postgres://`). The
+    message names the scheme only: the rest of the URL may hold a password.
+    """
+
+    def __init__(self, scheme: str, *, message: str | None = None) -> None:
+        self.scheme = scheme
+        if message is None:
+            hint = ""
+            if scheme.lower().startswith("postgres") and "+" in scheme:
+                hint = " (PolyLoop picks the driver itself: write postgresql://..., without the +driver)"
+            elif scheme.lower() in ("postgresql", "postgres"):
+                hint = " (libpq reads the scheme in lower case only: write postgresql://...)"
+            message = (
+                f"unsupported store {scheme}://...: give a directory or a PostgreSQL URL, "
+                f"postgresql://... (or postgres://...){hint}; for a directory of that name, write ./NAME"
+            )
         super().__init__(message)
 
 

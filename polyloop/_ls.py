@@ -26,7 +26,7 @@ from ._ids import check_run_id
 from ._inspect import RunStatus, inspect_run
 from ._store import Store
 from .stores._verify import _ignore_sigint
-from .stores import JsonlStore, open_store
+from .stores import JsonlStore, open_store, store_kind
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"
@@ -35,7 +35,6 @@ _SUFFIX = ".jsonl"
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
 _CHUNK = 128  # runs whose logs a PostgreSQL store reads in one query
-_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +350,8 @@ def list_runs(
             directory cannot be listed.
         StoreError: the database cannot be reached, or failed (or psycopg
             is not installed).
+        StoreUrlError: `directory` is a URL of a scheme PolyLoop does not
+            serve (`mysql://...`).
     """
     _refuse_inside_a_loop()
     wanted = None if statuses is None else frozenset(statuses)
@@ -358,7 +359,7 @@ def list_runs(
         bad = ", ".join(sorted(wanted - set(STATUSES)))
         raise ValueError(f"unknown status {bad}: use {', '.join(STATUSES)}")
     where = os.fspath(directory)
-    if isinstance(where, str) and where.startswith(_URL_SCHEMES):
+    if store_kind(where) == "postgresql":
         found = asyncio.run(_summaries_at(where, progress))
         if wanted is not None:
             found = [s for s in found if s.status in wanted]

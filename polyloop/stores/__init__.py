@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._store import Store
 from .._codec import ParsedLog, parse_log
 from ._jsonl import JsonlStore
+from ._url import StoreKind, redact_url, store_kind
 
 if TYPE_CHECKING:
     from ._pg_lease import Lease, LeaseLostError
@@ -24,14 +25,16 @@ __all__ = [
     "LeaseLostError",
     "ParsedLog",
     "PostgresStore",
+    "StoreKind",
     "Worker",
     "WorkerEvent",
     "open_store",
     "parse_log",
+    "redact_url",
+    "store_kind",
     "submit",
 ]
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _LAZY = {
     "PostgresStore": "._postgres",
     "Lease": "._pg_lease",
@@ -46,18 +49,22 @@ _LAZY = {
 def open_store(spec: str) -> Store:
     """The store a `--store` value names: a `postgresql://` URL or a directory of JSONL logs.
 
+    The one place a store spec becomes a store: `store_kind` decides which.
+
     Args:
         spec: `postgresql://...` or `postgres://...` for a `PostgresStore`
-            (needs the `postgres` extra); anything else is a directory for a
-            `JsonlStore`.
+            (needs the `postgres` extra); a directory for a `JsonlStore`.
+            Any other `scheme://` is refused.
 
     Returns:
         The store, not yet connected (a `PostgresStore` connects on first use).
 
     Raises:
+        StoreUrlError: `spec` is a URL of another scheme (`mysql://`,
+            `sqlite:///x.db`, `postgresql+psycopg://`); nothing was created.
         StoreError: a PostgreSQL URL was given but psycopg is not installed.
     """
-    if spec.startswith(_POSTGRES_SCHEMES):
+    if store_kind(spec) == "postgresql":
         return _postgres_class()(spec)
     return JsonlStore(spec)
 

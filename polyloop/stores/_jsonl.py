@@ -61,6 +61,7 @@ from ._aio import Refused, Syncer, open_syncer
 from ._disk import Disk, kind_of, not_regular_problem, why
 from ._lockfile import alive, clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
+from ._url import directory as url_directory
 from ._workers import DiskWorkers
 
 T = TypeVar("T")
@@ -103,6 +104,9 @@ class JsonlStore:
 
     Args:
         directory: where the logs live; created when the first run starts.
+
+    Raises:
+        StoreUrlError: `directory` is a URL (`scheme://...`), not a directory.
     """
 
     # The disk seam is private: the public signature is `JsonlStore(directory)`.
@@ -111,7 +115,7 @@ class JsonlStore:
     )
 
     def __init__(self, directory: str | os.PathLike[str], *, _disk: Disk | None = None) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(url_directory(directory))
         self._dir = os.fspath(self.directory)
         self._prefix = os.path.join(self._dir, "")
         self._disk = _disk if _disk is not None else Disk()

@@ -34,8 +34,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .._batch_plan import MANIFEST_VERSION, BatchError, Manifest
 from .._errors import StoreError
-from ._pg_conn import Connections, describe_url, first_line, session_options
+from ._pg_conn import Connections, first_line, session_options
 from ._pg_schema import ensure_schema
+from ._url import describe_url
 
 HOLD_WAIT = 5.0  # seconds to wait for the hold of a killed invocation to be dropped by the server
 
@@ -86,7 +87,7 @@ class DatabaseBatch:
                 application_name=f"polyloop batch {self.name}"[:63],
             )
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {first_line(exc)}") from exc
+            raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {first_line(exc, url=self.url)}") from exc
         try:
             self._take_hold()
         except BaseException:
@@ -122,7 +123,7 @@ class DatabaseBatch:
             cur = self._conn.execute(query, params)
             return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc)}") from exc
+            raise StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc, url=self.url)}") from exc
 
     def _take_hold(self) -> None:
         key = hold_key(self.name)

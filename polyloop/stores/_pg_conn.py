@@ -18,24 +18,17 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from .._errors import StoreError
+from ._url import describe_url, hide_secrets
 
 
-def describe_url(url: str) -> str:
-    """`user@host:port/dbname` of a connection URL, never its password."""
-    try:
-        info = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "an unparsable PostgreSQL URL"
-    host = info.get("host") or "localhost"
-    port = info.get("port") or "5432"
-    user = f"{info['user']}@" if info.get("user") else ""
-    return f"{user}{host}:{port}/{info.get('dbname') or ''}"
+def first_line(exc: BaseException, *, url: str = "") -> str:
+    """The driver's message reduced to one line (libpq messages span several), never a secret of `url`.
 
-
-def first_line(exc: BaseException) -> str:
-    """The driver's message reduced to one line (libpq messages span several)."""
+    libpq quotes the URL, or the piece it cannot parse, in some messages.
+    """
     text = str(exc).strip().splitlines()
-    return text[0].strip() if text else type(exc).__name__
+    line = text[0].strip() if text else type(exc).__name__
+    return hide_secrets(line, url) if url else line
 
 
 def session_options(*, statement_ms: int, lock_ms: int, idle_in_transaction_ms: int) -> dict[str, str]:
@@ -94,7 +87,7 @@ class Connections:
         try:
             return await psycopg.AsyncConnection.connect(self.url, **self._kwargs)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {first_line(exc)}") from exc
+            raise StoreError(f"cannot connect to PostgreSQL at {self.where}: {first_line(exc, url=self.url)}") from exc
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

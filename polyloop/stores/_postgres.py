@@ -185,7 +185,7 @@ class PostgresStore:
         return await self._conns.acquire()
 
     def _failed(self, exc: psycopg.Error, run_id: str | None) -> StoreError:
-        return StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc)}", run_id=run_id)
+        return StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc, url=self.url)}", run_id=run_id)
 
     # -- writes ---------------------------------------------------------------
 
