@@ -166,3 +166,13 @@ def test_a_run_directory_replaced_by_a_fifo_is_named_in_the_error(cli, tmp_path,
         done = cli(*argv, timeout=TIMEOUT)
         assert done.code == 1, (argv, done)
         assert f"{cli.runs} is a FIFO, not a directory" in one_line_error(done)
+
+
+def test_a_batch_manifest_replaced_by_a_fifo_is_refused(cli, tmp_path, special):
+    (tmp_path / "goals.txt").write_text("one\n")
+    cli.runs.mkdir()
+    special("fifo", cli.runs / ".batch-goals.json")
+    done = cli("batch", target("finishing"), "goals.txt", "--dir", str(cli.runs), timeout=TIMEOUT)
+    assert done.code == 2, done
+    assert "is a FIFO, not a regular file" in one_line_error(done)
+    assert not cli.log("goals-00001").exists()
