@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-import stat
 
 import orjson
 
@@ -25,6 +24,7 @@ from polyloop import (
     StepCompleted,
     decode_record,
 )
+from polyloop._files import open_regular  # the library's one refusal of a FIFO, device or socket; not public API
 from polyloop.stores import open_store, store_kind
 
 from . import render
@@ -87,10 +87,8 @@ def _guarded(where: str, run_id: str) -> bool:
 
 def _first_line(path: str, limit: int = 1 << 20) -> bytes:
     """The first line of a regular file; never follows a link, never blocks on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = open_regular(path, follow_symlinks=False)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
         return os.pread(fd, limit, 0).split(b"\n", 1)[0]
     finally:
         os.close(fd)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from polyloop import Recovery, mark_resolved
+from polyloop._files import read_regular  # the library's one refusal of a FIFO, device or socket; not public API
 from polyloop.stores import open_store
 
 from . import options, render
@@ -42,7 +43,7 @@ def command(
         typer.Option(
             "--observation-file",
             metavar="PATH",
-            help="With --executed: read the observation from a UTF-8 file ('-' for stdin).",
+            help="With --executed: read the observation from a regular UTF-8 file ('-' for stdin).",
             show_default=False,
         ),
     ] = None,
@@ -112,7 +113,7 @@ async def _resolve(
 
 def _read(path: Path) -> str:
     try:
-        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        data = sys.stdin.buffer.read() if str(path) == "-" else read_regular(path)
         return data.decode("utf-8")
     except OSError as exc:
         raise BadInput(f"cannot read the observation file {path}: {exc.strerror or exc}") from exc

@@ -35,6 +35,7 @@ import orjson
 
 from ._agent import Agent
 from ._errors import InvalidRunIdError, PolyLoopError
+from ._files import NotRegularFileError, read_regular
 from ._ids import check_run_id
 
 MANIFEST_VERSION = 1
@@ -114,16 +115,17 @@ def read_goals(source: Any, *, name: str) -> list[BatchLine]:
     item is a bad line.
 
     Raises:
-        BatchError: the file cannot be read (missing, a directory, unreadable).
+        BatchError: the file cannot be read (missing, unreadable, or not a
+            regular file: a directory, a FIFO, a device).
     """
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except FileNotFoundError:
             raise BatchError(f"no goals file {path}") from None
-        except IsADirectoryError:
-            raise BatchError(f"{path} is a directory, not a goals file") from None
+        except NotRegularFileError as exc:  # a FIFO is refused, never waited on
+            raise BatchError(f"the goals file {path} is {exc.kind}, not a regular file") from None
         except OSError as exc:
             raise BatchError(f"cannot read the goals file {path}: {exc.strerror}") from exc
         raw: list[Any] = data.split(b"\n")
@@ -284,7 +286,7 @@ def manifest_path(directory: Path, name: str) -> Path:
 def load_manifest(path: Path) -> Manifest:
     """The manifest at `path`; an empty one when there is none yet."""
     try:
-        doc = orjson.loads(path.read_bytes())
+        doc = orjson.loads(read_regular(path))
     except FileNotFoundError:
         return Manifest()
     except (OSError, orjson.JSONDecodeError) as exc:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, get_args
 
 from ._codec import ParsedLog, parse_log
 from ._errors import InvalidRunIdError, RunNotFoundError
+from ._files import NotRegularFileError, read_regular
 from ._ids import check_run_id
 from ._inspect import RunStatus, inspect_run
 from ._store import Store
@@ -30,9 +30,6 @@ from .stores import JsonlStore, open_store, store_kind
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"
-# Non-blocking, so a FIFO cannot make the open wait for a writer; no controlling
-# terminal, should a name lead to one.
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
 _CHUNK = 128  # runs whose logs a PostgreSQL store reads in one query
 
@@ -91,10 +88,11 @@ class _NotALog(Exception):
 class _Snapshot:
     """A `JsonlStore` seen by `inspect_run` through a read that cannot hang.
 
-    `JsonlStore` reads with a plain open(2), which waits forever on a FIFO;
-    here the log is opened non-blocking and refused unless it is a regular
-    file. Only the two reads `inspect_run` makes are offered (the holder
-    probe, then the log), in the order it makes them, so nothing is written.
+    The log is read with `read_regular` (never waiting on a FIFO, refused
+    unless it is a regular file), following a symbolic link as the listing
+    does, where `JsonlStore` refuses one. Only the two reads `inspect_run`
+    makes are offered (the holder probe, then the log), in the order it
+    makes them, so nothing is written.
     """
 
     def __init__(self, store: JsonlStore) -> None:
@@ -109,47 +107,13 @@ class _Snapshot:
 
 def _read_regular(path: Path, run_id: str) -> bytes:
     try:
-        fd = os.open(path, _READ_FLAGS)
+        return read_regular(path)
     except FileNotFoundError:
         raise RunNotFoundError(run_id, str(path.parent)) from None
-    except OSError as exc:
-        raise _NotALog(_unopenable(path, exc)) from exc
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise _NotALog(f"it is {_kind_of(mode)}, not a regular file")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+    except NotRegularFileError as exc:
+        raise _NotALog(exc.strerror) from exc
     except OSError as exc:
         raise _NotALog(f"cannot read it: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
-
-
-def _unopenable(path: Path, exc: OSError) -> str:
-    # A socket cannot be opened at all (ENXIO): name what it is, not the errno.
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return f"cannot read it: {exc.strerror}"
-    if stat.S_ISREG(mode):
-        return f"cannot read it: {exc.strerror}"
-    return f"it is {_kind_of(mode)}, not a regular file"
-
-
-def _kind_of(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _shown_name(name: str) -> str:

@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from ._files import read_regular
+
 Message = dict[str, Any]
 """One history entry. Shapes:
 
@@ -292,10 +294,11 @@ class ScriptedModel:
 
         Raises:
             ValueError: a line is not a JSON object of the shape above.
-            OSError: the file cannot be read.
+            OSError: the file cannot be read, or is not a regular file (a
+                FIFO is refused, never waited on).
         """
         outputs = []
-        for number, line in enumerate(Path(path).read_bytes().splitlines(), start=1):
+        for number, line in enumerate(read_regular(path).splitlines(), start=1):
             if not line.strip():
                 continue
             try:

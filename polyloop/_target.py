@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
-import inspect
+import importlib.machinery
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 from collections.abc import Callable, Mapping
@@ -13,6 +14,7 @@ from typing import Any
 from ._agent import Agent, RunResult
 from ._artifacts import accepted_products, check_products
 from ._errors import NeedsOperatorError, PolyLoopError, TargetError
+from ._files import NotRegularFileError, check_regular, read_regular
 from ._ids import check_run_id
 from ._loop import _Run, held, verdict, walk_off_loop
 from ._plan import Finished, NeedsOperator, plan
@@ -72,14 +74,27 @@ def load_target(target: str) -> Agent:
     return obj
 
 
+class _RegularFileLoader(importlib.machinery.SourceFileLoader):
+    """Python's source loader, reading only regular files: a FIFO is refused, never waited on."""
+
+    def get_data(self, path: str) -> bytes:
+        return read_regular(path)
+
+
 def _import_file(target: str, where: str) -> Any:
     path = Path(where).resolve()
-    if not path.is_file():
-        raise TargetError(target, f"no file {where}")
+    try:
+        check_regular(path)
+    except NotRegularFileError as exc:
+        raise TargetError(target, f"{where} is {exc.kind}, not a regular file") from None
+    except OSError:
+        raise TargetError(target, f"no file {where}") from None
     module_name = f"_polyloop_target_{abs(hash(str(path))):x}"
     if module_name in sys.modules:
         return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    spec = importlib.util.spec_from_file_location(
+        module_name, path, loader=_RegularFileLoader(module_name, str(path))
+    )
     if spec is None or spec.loader is None:
         raise TargetError(target, f"{where} is not an importable Python file")
     module = importlib.util.module_from_spec(spec)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ._errors import CheckpointError, InvalidInputError
+from ._files import NotRegularFileError, open_regular
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -49,8 +50,12 @@ def fingerprint_input(name: str, value: Any) -> dict[str, Any]:
     not depend on where the directory lives or on listing order. Symbolic
     links are followed for files and not descended into for directories.
 
+    A path that is neither a regular file nor a directory (a FIFO, a
+    device, a socket) is refused, never opened in a way that could wait.
+
     Raises:
-        InvalidInputError: the path does not exist or cannot be read.
+        InvalidInputError: the path does not exist, cannot be read, or is
+            not a regular file or a directory.
     """
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"kind": "bytes", "path": None, "sha256": hashlib.sha256(bytes(value)).hexdigest()}
@@ -61,13 +66,15 @@ def fingerprint_input(name: str, value: Any) -> dict[str, Any]:
         if path.is_dir():
             return {"kind": "directory", "path": str(path), "sha256": _hash_directory(path)}
         return {"kind": "file", "path": str(path), "sha256": _hash_file(path)}
+    except NotRegularFileError as exc:
+        raise InvalidInputError(f"input {name!r}: {exc.filename} is {exc.kind}, not a regular file or a directory") from None
     except OSError as exc:
         raise InvalidInputError(f"input {name!r} cannot be read: {exc.strerror or exc} ({path})") from None
 
 
 def _hash_file(path: Path, into: Any = None) -> str:
     h = into if into is not None else hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(open_regular(path), "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()

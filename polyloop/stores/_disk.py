@@ -10,38 +10,18 @@ disk and do not go through it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 
 from .._errors import Problem
+from .._files import NotRegularFileError, kind_of, read_regular
 
 # A log is read whole; this bounds what one read may take, so a file that
 # grows without end (a symlink to /dev/zero is refused anyway) cannot eat
 # the memory of the process. Far above any real log (100,000 steps ≈ 77 MB).
 MAX_READ = 8 << 30
-
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def kind_of(mode: int) -> str:
-    """What a non-regular file is, in words for an error message."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def _not_regular_error(path: str, mode: int) -> OSError:
-    """The error for a log path that is not a regular file (EINVAL, with what it is)."""
-    return OSError(errno.EINVAL, f"not a regular file but {kind_of(mode)}", path)
 
 
 def not_regular_problem(path: str, exc: OSError) -> Problem | None:
@@ -56,6 +36,8 @@ def not_regular_problem(path: str, exc: OSError) -> Problem | None:
 
 def what_is(path: str, exc: OSError) -> str | None:
     """What `path` is (`a FIFO`...), if `exc` came from it not being a regular file; else None."""
+    if isinstance(exc, NotRegularFileError):
+        return exc.kind
     if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.ENXIO, errno.EISDIR):
         return None
     try:
@@ -66,9 +48,17 @@ def what_is(path: str, exc: OSError) -> str | None:
 
 
 def why(path: str, exc: OSError) -> str:
-    """The reason `exc` gives, in words: what the path is when it is not a regular file."""
+    """The reason `exc` gives, in words: what the path, or its directory, is when it is not what it must be."""
     kind = what_is(path, exc)
-    return f"it is {kind}, not a regular file" if kind else str(exc.strerror or exc)
+    if kind:
+        return f"it is {kind}, not a regular file"
+    if exc.errno == errno.ENOTDIR:  # the run directory itself was replaced (by a FIFO, a file)
+        folder = os.path.dirname(path)
+        with contextlib.suppress(OSError):
+            mode = os.stat(folder).st_mode
+            if not stat.S_ISDIR(mode):
+                return f"{folder} is {kind_of(mode)}, not a directory"
+    return str(exc.strerror or exc)
 
 
 class Disk:
@@ -131,30 +121,11 @@ class Disk:
     def read(self, path: str) -> bytes:
         """The whole content of the regular file `path`.
 
-        Never follows a symbolic link (`ELOOP`), never blocks on a FIFO and
-        refuses anything that is not a regular file (`EINVAL`, naming what
-        it is); reads at most `MAX_READ` bytes (`EFBIG` beyond).
+        Never follows a symbolic link, never blocks on a FIFO and refuses
+        anything that is not a regular file (`NotRegularFileError`, naming
+        what it is); reads at most `MAX_READ` bytes (`EFBIG` beyond).
         """
-        fd = os.open(path, _READ_FLAGS)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise _not_regular_error(path, info.st_mode)
-            if info.st_size > MAX_READ:
-                raise OSError(errno.EFBIG, f"larger than {MAX_READ} bytes", path)
-            chunks = [os.read(fd, info.st_size)] if info.st_size else []
-            total = sum(map(len, chunks))
-            while True:  # the file may have grown since fstat, or the first read came short
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > MAX_READ:
-                    raise OSError(errno.EFBIG, f"larger than {MAX_READ} bytes", path)
-                chunks.append(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        finally:
-            os.close(fd)
+        return read_regular(path, follow_symlinks=False, limit=MAX_READ)
 
     def fstat(self, fd: int) -> os.stat_result:
         """`os.fstat`."""

@@ -636,7 +636,7 @@ class JsonlStore:
             problem = not_regular_problem(path, exc)
             if problem is not None:
                 return ParsedLog(problems=[problem])
-            raise StoreError(f"cannot read {path}: {exc.strerror or exc}", run_id=run_id) from exc
+            raise StoreError(f"cannot read {path}: {why(path, exc)}", run_id=run_id) from exc
         return parse_log(data)
 
     async def read_log(self, run_id: str) -> list[Record]:

@@ -17,6 +17,7 @@ import socket
 import stat
 
 from .._errors import RunActiveError, StoreError
+from .._files import open_regular
 from ._disk import Disk, kind_of, why
 
 # Never follow a link (a lock file linked elsewhere would be truncated and
@@ -127,12 +128,10 @@ def describe_holder(fd: int) -> str | None:
 def holder(path: str) -> str | None:
     """Who holds the lock at `path` right now, or None; probes without keeping it."""
     try:
-        fd = os.open(path, os.O_RDONLY | SAFE)
-    except OSError:
+        fd = open_regular(path, follow_symlinks=False)
+    except OSError:  # none, or not a regular file: nobody holds the run through it
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
