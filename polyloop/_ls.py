@@ -20,11 +20,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
+from ._artifacts import read_product_file
 from ._codec import ParsedLog, parse_log
-from ._errors import InvalidRunIdError, RunNotFoundError
+from ._errors import InvalidRunIdError, RunNotFoundError, StoreError
 from ._ids import check_run_id
 from ._inspect import RunStatus, inspect_run
+from ._records import Artifact
 from ._store import Store
+from .stores._disk import Disk
 from .stores._verify import _ignore_sigint
 from .stores import JsonlStore, open_store
 
@@ -36,6 +39,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC
 _IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
 _CHUNK = 128  # runs whose logs a PostgreSQL store reads in one query
 _URL_SCHEMES = ("postgresql://", "postgres://")
+_DISK = Disk()  # stateless: reads only regular files, never follows a link or waits on a FIFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +98,9 @@ class _Snapshot:
 
     `JsonlStore` reads with a plain open(2), which waits forever on a FIFO;
     here the log is opened non-blocking and refused unless it is a regular
-    file. Only the two reads `inspect_run` makes are offered (the holder
-    probe, then the log), in the order it makes them, so nothing is written.
+    file. Only the reads `inspect_run` makes are offered (the holder probe,
+    the log, then its products, read as `JsonlStore.get_product` reads them
+    so `ls` judges them as `inspect` does); writing a product is refused.
     """
 
     def __init__(self, store: JsonlStore) -> None:
@@ -106,6 +111,18 @@ class _Snapshot:
 
     async def read_parsed(self, run_id: str) -> ParsedLog:
         return parse_log(_read_regular(self._store.path(run_id), run_id))
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        try:
+            return read_product_file(str(self._store.product_folder(run_id)), name, _DISK.read, run_id=run_id)
+        except OSError:
+            return None  # unreadable: missing, as `verify` counts it (a listing does not stop for one run)
+
+    async def put_product(self, run_id: str, name: str, data: bytes) -> None:
+        raise StoreError("ls writes nothing", run_id=run_id)
+
+    async def write_artifact(self, run_id: str, record: Artifact) -> None:
+        raise StoreError("ls writes nothing", run_id=run_id)
 
 
 def _read_regular(path: Path, run_id: str) -> bytes:

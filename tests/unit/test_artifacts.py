@@ -334,3 +334,28 @@ def test_verify_does_not_report_a_product_change_accepted_on_the_record(tmp_path
     assert verify_logs(tmp_path).summary["bad_product"] == 1
     asyncio.run(make().run("go", run_id="r8", store=store, accept_changes=True, reason="checked by hand"))
     assert verify_logs(tmp_path).summary == {"ok": 1, "torn_tail": 0, "corrupt": 0, "bad_product": 0}
+
+
+def test_an_acceptance_covers_exactly_the_state_it_saw():
+    from types import SimpleNamespace
+
+    from polyloop._artifacts import judge, refused_products
+    from polyloop._records import CheckpointAccepted
+
+    ref = Artifact(result_id="s1-a1", name="x", path="r.artifacts/x", size=1, sha256=sha(b"x"))
+    gone, fifo = judge(ref, None), judge(ref, None, instead="a FIFO is in its place, not the regular file written")
+    other, later, same = judge(ref, b"y"), judge(ref, b"z"), judge(ref, b"x")
+    unsettled = judge(ref, b"y", in_flight=True)
+    assert (gone.state, fifo.state, other.state, same.state, unsettled.state) == (
+        "missing", "missing", "altered", "ok", "unsettled"
+    )
+    nothing = SimpleNamespace(accepted=[])
+    assert refused_products([gone, fifo, other, same, unsettled], nothing) == [gone, fifo, other]
+    assert refused_products([unsettled], nothing, unsettled=True) == [unsettled]
+    # Accepted as missing: absent or not a regular file is covered, bytes that come back are a new change.
+    walker = SimpleNamespace(accepted=[CheckpointAccepted(differences=[gone.difference()], reason="r", by="me")])
+    assert refused_products([gone, fifo, other], walker) == [other]
+    # Accepted at some bytes: those bytes, not others, nor its absence.
+    walker = SimpleNamespace(accepted=[CheckpointAccepted(differences=[other.difference()], reason="r", by="me")])
+    assert refused_products([other, later, gone], walker) == [later, gone]
+    assert refused_products([unsettled], walker, unsettled=True) == []
