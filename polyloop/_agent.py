@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._artifacts import accepted_products, check_products
+from ._artifacts import check_products
 from ._classify import max_steps_of
 from ._errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from ._ids import check_run_id, new_run_id
@@ -291,7 +291,7 @@ class Agent:
             if max_steps is not None and max_steps != recorded:
                 raise RunMismatchError(run_id, "max_steps", recorded, max_steps)
             if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
-                await check_products(store, walker, accepted=accepted_products(walker))
+                await check_products(store, walker)
             return await _Run(self, store, walker, resume).go()
 
 

@@ -7,15 +7,23 @@ the run appends an `artifact` record with the product's size and SHA-256.
 The log holds the reference, never the content. Before a resumed run does
 anything, `check_products` compares every product the run has referenced
 (the latest reference per name) with what the store holds now; a missing or
-altered one refuses the resume (`CheckpointError`, exit code 4). See
-docs/how-to/keep-intermediate-products.md.
+altered one refuses the resume (`CheckpointError`, exit code 4). A product
+that is no longer the regular file written (a directory, a FIFO, a symbolic
+link, even to the same bytes, or a folder that is a link) is missing: the
+run's bytes are not there. `judge` is the one judgement every reader (resume,
+`inspect`, `ls`, `verify`, `ctx.artifacts.read`) uses, `read_product_file` the
+one way a product file is read, and `refused_products` the one rule of which
+changes refuse. See docs/how-to/keep-intermediate-products.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Collection
+import os
+import shlex
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,6 +37,9 @@ if TYPE_CHECKING:
     from ._classify import Walker
 
 ProductState = Literal["ok", "missing", "altered", "unsettled"]
+# Of those, what the checkpoint refuses (and `--accept-changes` accepts); `unsettled`
+# is refused only once the interrupted step completed, unless accepted before.
+_CHANGED: tuple[ProductState, ...] = ("missing", "altered")
 
 # Hashing more than this moves off the event loop (other runs share it).
 _OFF_LOOP_BYTES = 1 << 20
@@ -63,18 +74,23 @@ class ArtifactRef:
 class ProductCheck:
     """What a referenced product holds now, against its latest reference.
 
-    `state` is `ok`, `missing`, `altered` (other bytes than recorded) or
-    `unsettled`: other bytes than recorded while an action of the open step
-    has no recorded outcome — a crash may have cut it between replacing the
-    product and recording the new reference, so the log cannot tell. The
-    action is settled as any unknown action is (a `safe` one runs again and
-    writes the product again); a later read of the product verifies it.
+    `state` is `ok`, `missing` (no regular file holds the product: it is
+    gone, or `instead` says what is in its place), `altered` (other bytes
+    than recorded) or `unsettled`: other bytes than recorded while an action
+    of the open step has no recorded outcome — a crash may have cut it
+    between replacing the product and recording the new reference, so the
+    log cannot tell. The action is settled as any unknown action is (a
+    `safe` one runs again and writes the product again); a later read of the
+    product verifies it. A product is written by an atomic rename of a
+    regular file, so no crash leaves a directory, a FIFO or a link in its
+    place: those are `missing`, never `unsettled`.
     """
 
     ref: Artifact
     state: ProductState
     now_size: int | None = None
     now_sha256: str | None = None
+    instead: str | None = None  # what stands where the regular file was written, in words
 
     @property
     def ok(self) -> bool:
@@ -98,17 +114,17 @@ class ProductCheck:
     def sentence(self) -> str:
         r = self.ref
         if self.state == "missing":
-            return f"product {r.name!r} ({r.path}) is missing"
+            return f"product {r.name!r} ({r.path}) is missing" + (f": {self.instead}" if self.instead else "")
         return (
             f"product {r.name!r} ({r.path}) was altered: recorded {r.size} bytes, sha256 {r.sha256[:12]}…; "
             f"now {self.now_size} bytes, sha256 {(self.now_sha256 or '')[:12]}…"
         )
 
 
-def judge(ref: Artifact, data: bytes | None, *, in_flight: bool = False) -> ProductCheck:
-    """Compare a product's bytes (None: it is missing) with its reference; pure."""
+def judge(ref: Artifact, data: bytes | None, *, in_flight: bool = False, instead: str | None = None) -> ProductCheck:
+    """Compare a product's bytes (None: no regular file holds them; `instead`: what does) with its reference; pure."""
     if data is None:
-        return ProductCheck(ref, "missing")
+        return ProductCheck(ref, "missing", instead=instead)
     if len(data) == ref.size:
         digest = hashlib.sha256(data).hexdigest()
         if digest == ref.sha256:
@@ -129,80 +145,164 @@ async def product_checks(store: Store, walker: Walker) -> list[ProductCheck]:
     in_flight = bool(walker.in_flight())
     checks = []
     for ref in refs:
-        data = await _get(store, walker.started.run_id if walker.started else "", ref.name)
+        data, instead = await _get(store, walker.started.run_id if walker.started else "", ref.name)
         if data is not None and len(data) > _OFF_LOOP_BYTES:
             checks.append(await asyncio.to_thread(judge, ref, data, in_flight=in_flight))
         else:
-            checks.append(judge(ref, data, in_flight=in_flight))
+            checks.append(judge(ref, data, in_flight=in_flight, instead=instead))
     return checks
 
 
-def accepted_products(walker: Walker) -> set[tuple[str, str]]:
-    """`(name, sha256)` of every product change a `checkpoint_accepted` record accepted."""
+def accepted_products(walker: Walker) -> set[tuple[str, str | None]]:
+    """`(name, sha256 now)` of every product change a `checkpoint_accepted` record accepted.
+
+    A product accepted as missing (its `now` is null) is `(name, None)`.
+    """
     return {
-        (d["name"], d["now"]["sha256"])
+        (d["name"], d["now"].get("sha256") if isinstance(d.get("now"), dict) else None)
         for rec in getattr(walker, "accepted", ())
         for d in rec.differences
-        if d.get("what") == "product" and isinstance(d.get("now"), dict) and d["now"].get("sha256")
+        if d.get("what") == "product"
     }
 
 
-async def bad_products(
-    store: Store, walker: Walker, *, accepted: Collection[tuple[str, str]] = ()
-) -> list[ProductCheck]:
-    """The referenced products that are missing or altered, and no override accepted (none for a finished run)."""
+def refused_products(checks: Iterable[ProductCheck], walker: Walker, *, unsettled: bool = False) -> list[ProductCheck]:
+    """The checks that show a change of the checkpoint no `checkpoint_accepted` record covers.
+
+    A change is a `missing` or `altered` product, and with `unsettled` also
+    an `unsettled` one: what `--accept-changes` accepts, so one acceptance
+    covers the products the resumed step only checks once it completed.
+    """
+    accepted = accepted_products(walker)
+    states = (*_CHANGED, "unsettled") if unsettled else _CHANGED
+    return [c for c in checks if c.state in states and (c.ref.name, c.now_sha256) not in accepted]
+
+
+async def bad_products(store: Store, walker: Walker, *, unsettled: bool = False) -> list[ProductCheck]:
+    """`refused_products` of the run's products now (none for a finished run: nothing will run)."""
     if walker.finished is not None or not walker.artifacts or walker.started is None:
         return []
-    return [
-        c for c in await product_checks(store, walker)
-        if c.state in ("missing", "altered") and (c.ref.name, c.now_sha256) not in accepted
-    ]
+    return refused_products(await product_checks(store, walker), walker, unsettled=unsettled)
 
 
-async def check_products(
-    store: Store, walker: Walker, *, accepted: Collection[tuple[str, str]] = (), when: str = "cannot resume"
-) -> None:
-    """Refuse to resume a run whose referenced products are missing or altered.
+def product_refusal(
+    run_id: str, bad: list[ProductCheck], store: object, *, when: str = "cannot resume"
+) -> CheckpointError:
+    """The `CheckpointError` that refuses a run over changed products, naming both ways forward."""
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    lacks = "" if isinstance(store, ArtifactStore) else f" ({_lacks(store)})"
+    message = (
+        f"run {run_id!r} {when}: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
+        "the run recorded could mix old and new products; start over under a new run id, or accept the "
+        f"change on the record with `polyloop resume {shlex.quote(run_id)} --accept-changes --reason TEXT`"
+    )
+    return CheckpointError(run_id, message, [c.difference() for c in bad])
 
-    Called before anything of a resumed run runs. A finished run is not
-    checked (nothing will run). A product altered while an action of the
-    open step has no recorded outcome is `unsettled`, not refused (see
-    `ProductCheck`); the run loop checks again once that step completed.
+
+async def check_products(store: Store, walker: Walker, *, when: str = "cannot resume") -> None:
+    """Refuse to go on with a run whose referenced products changed and no acceptance covers it.
+
+    Called before anything of a resumed run runs, and again once an
+    interrupted step completed. A finished run is not checked (nothing will
+    run). A product altered while an action of the open step has no
+    recorded outcome is `unsettled`, not refused (see `ProductCheck`); the
+    run loop checks again once that step completed. Every change a
+    `checkpoint_accepted` record of the run accepted is left alone.
 
     Args:
         store: where the run lives.
         walker: the run's walked log.
-        accepted: `(name, sha256 now)` pairs a recorded override accepted.
         when: how the message says what is refused (`run X cannot resume: ...`).
 
     Raises:
         CheckpointError: with one `differences` entry per bad product.
         StoreError: a product cannot be read.
     """
-    bad = await bad_products(store, walker, accepted=accepted)
-    if not bad:
-        return
-    assert walker.started is not None
-    run_id = walker.started.run_id
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-    lacks = "" if isinstance(store, ArtifactStore) else f" ({_lacks(store)})"
-    message = (
-        f"run {run_id!r} {when}: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
-        "the run recorded could mix old and new products; start over under a new run id, or accept the "
-        f"change on the record with `polyloop resume {run_id} --accept-changes --reason TEXT`"
-    )
-    raise CheckpointError(run_id, message, [c.difference() for c in bad])
+    bad = await bad_products(store, walker)
+    if bad:
+        assert walker.started is not None
+        raise product_refusal(walker.started.run_id, bad, store, when=when)
 
 
-async def _get(store: Store, run_id: str, name: str) -> bytes | None:
+async def _get(store: Store, run_id: str, name: str) -> tuple[bytes | None, str | None]:
+    """The product's bytes (None: no regular file holds them) and, if something else stands there, what."""
     if not isinstance(store, ArtifactStore):
-        return None
+        return None, None
     try:
-        return await store.get_product(run_id, name)
+        return await store.get_product(run_id, name), None
+    except NotRegularProductError as exc:
+        return None, exc.instead
     except PolyLoopError:
         raise
     except Exception as exc:
         raise StoreError(f"store failed to read product {name!r} of run {run_id!r}: {exc}", run_id=run_id) from exc
+
+
+class NotRegularProductError(StoreError):
+    """`get_product` found something other than the regular file a product was written as.
+
+    A `StoreError` for callers of `get_product`; the product checks read it
+    as a `missing` product (`ProductCheck.instead` says what is there).
+    """
+
+    def __init__(self, message: str, *, instead: str, run_id: str | None = None) -> None:
+        self.instead = instead
+        super().__init__(message, run_id=run_id)
+
+
+def read_product_file(folder: str, name: str, read: Callable[[str], bytes], *, run_id: str = "") -> bytes | None:
+    """The bytes of product `name` in the run's product folder; None when it does not exist.
+
+    The one check of what stands where a product was written. Never follows
+    a symbolic link (neither the folder nor the product) and never opens a
+    FIFO or a device: both are looked at with `lstat` first, and `read`
+    (the store's `Disk.read`: `O_NOFOLLOW | O_NONBLOCK`, then `fstat`)
+    refuses whatever takes their place in between.
+
+    Raises:
+        NotRegularProductError: the folder is not a directory, or the
+            product is not a regular file (a directory, a FIFO, a link...).
+        OSError: it cannot be read.
+    """
+    path = os.path.join(folder, name)
+    for where, wanted in ((folder, stat.S_ISDIR), (path, stat.S_ISREG)):
+        try:
+            mode = os.lstat(where).st_mode
+        except FileNotFoundError:
+            return None
+        if not wanted(mode):
+            raise _not_regular(path, mode, folder=where == folder, run_id=run_id)
+    try:
+        return read(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if stat.S_ISREG(mode):
+            raise
+        raise _not_regular(path, mode, folder=False, run_id=run_id) from None  # replaced since the lstat
+
+
+def _not_regular(path: str, mode: int, *, folder: bool, run_id: str) -> NotRegularProductError:
+    instead = (
+        f"its folder is {_kind_of(mode)}, not a directory" if folder
+        else f"{_kind_of(mode)} is in its place, not the regular file written"
+    )
+    return NotRegularProductError(f"cannot read product {path}: {instead}", instead=instead, run_id=run_id)
+
+
+def _kind_of(mode: int) -> str:
+    # (the integrator unifies this with the stores' `kind_of`, which this module cannot import)
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def _lacks(store: object) -> str:
@@ -304,12 +404,11 @@ class Artifacts:
         ref = run.walker.artifacts.get(name)
         if ref is None:
             raise ArtifactError(run.run_id, name, f"run {run.run_id!r} has no product {name!r}")
-        data = await _get(run.store, run.run_id, name)
-        check = judge(ref, data)
-        if not check.ok and (name, check.now_sha256) not in accepted_products(run.walker):
-            # (bytes a person accepted on the record, `--accept-changes`, are read as they are now)
+        data, instead = await _get(run.store, run.run_id, name)
+        check = judge(ref, data, instead=instead)
+        # Bytes a person accepted on the record (`--accept-changes`) are read as they are now.
+        if data is None or refused_products([check], run.walker):
             raise ArtifactError(run.run_id, name, f"cannot read: {check.sentence()}")
-        assert data is not None
         return data
 
     def _bound(self) -> Any:

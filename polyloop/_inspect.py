@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._artifacts import ProductCheck, accepted_products, product_checks
+from ._artifacts import ProductCheck, product_checks, product_refusal, refused_products
 from ._classify import Execution, Recovery, Walker
 from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError
 from ._ids import check_run_id
@@ -336,14 +336,10 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
 
             next_action = f"refuse (exit code 4): {refusal(run_id, verdict_now['differences'])}"
     artifacts = tuple(await product_checks(store, walker))
-    accepted = accepted_products(walker)
-    bad = [a for a in artifacts if a.state in ("missing", "altered") and (a.ref.name, a.now_sha256) not in accepted]
+    bad = refused_products(artifacts, walker)
     if bad and status in ("resumable", "needs_operator"):  # what resume refuses first
         reason = f"the checkpoint is no longer valid: {bad[0].sentence()}"
-        next_action = (
-            f"refuse: {bad[0].sentence()}; start over under a new run id, or accept the change with "
-            f"`polyloop resume {run_id} --accept-changes --reason TEXT`"
-        )
+        next_action = f"refuse (exit code 4): {product_refusal(run_id, bad, store)}"
     if status == "active":
         next_action = f"nothing while it is active; once it is not: {next_action}"
     return RunReport(

@@ -253,7 +253,8 @@ class _Run:
         self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
         self._write_intents = getattr(store, "write_intents", None)
         # Resumed with an action in flight: a product it may have replaced is only `unsettled`
-        # (see polyloop._artifacts); once its step completes, every product is checked again.
+        # (see polyloop._artifacts); once its step completes, every product is checked again
+        # (leaving alone what a `checkpoint_accepted` record accepted, also this resume's).
         self.recheck_products = bool(walker.artifacts) and bool(walker.in_flight())
         self._writers = {
             Intent: store.write_intent,

@@ -19,12 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
+from ._artifacts import read_product_file
 from ._codec import ParsedLog, parse_log
-from ._errors import InvalidRunIdError, RunNotFoundError
+from ._errors import InvalidRunIdError, RunNotFoundError, StoreError
 from ._files import NotRegularFileError, read_regular
 from ._ids import check_run_id
 from ._inspect import RunStatus, inspect_run
+from ._records import Artifact
 from ._store import Store
+from .stores._disk import Disk
 from .stores._verify import _ignore_sigint
 from .stores import JsonlStore, open_store, store_kind
 
@@ -32,6 +35,7 @@ STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"
 _IN_PROCESS_BELOW = 64  # fewer logs than this are not worth starting processes for
 _CHUNK = 128  # runs whose logs a PostgreSQL store reads in one query
+_DISK = Disk()  # stateless: reads only regular files, never follows a link or waits on a FIFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +94,10 @@ class _Snapshot:
 
     The log is read with `read_regular` (never waiting on a FIFO, refused
     unless it is a regular file), following a symbolic link as the listing
-    does, where `JsonlStore` refuses one. Only the two reads `inspect_run`
-    makes are offered (the holder probe, then the log), in the order it
-    makes them, so nothing is written.
+    does, where `JsonlStore` refuses one. Only the reads `inspect_run` makes
+    are offered (the holder probe, the log, then its products, read as
+    `JsonlStore.get_product` reads them so `ls` judges them as `inspect`
+    does), in the order it makes them; writing a product is refused.
     """
 
     def __init__(self, store: JsonlStore) -> None:
@@ -103,6 +108,18 @@ class _Snapshot:
 
     async def read_parsed(self, run_id: str) -> ParsedLog:
         return parse_log(_read_regular(self._store.path(run_id), run_id))
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        try:
+            return read_product_file(str(self._store.product_folder(run_id)), name, _DISK.read, run_id=run_id)
+        except OSError:
+            return None  # unreadable: missing, as `verify` counts it (a listing does not stop for one run)
+
+    async def put_product(self, run_id: str, name: str, data: bytes) -> None:
+        raise StoreError("ls writes nothing", run_id=run_id)
+
+    async def write_artifact(self, run_id: str, record: Artifact) -> None:
+        raise StoreError("ls writes nothing", run_id=run_id)
 
 
 def _read_regular(path: Path, run_id: str) -> bytes:

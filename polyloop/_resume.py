@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._artifacts import bad_products
 from ._errors import CrashLoopError, InvalidInputError
 from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, describe, plan
 from ._records import CheckpointAccepted, CrashLoopAccepted, Resumed
@@ -51,10 +52,11 @@ class Resume:
         assert walker.started is not None
         by = self.by or default_by()
         diffs = differences(walker.started, walker.accepted, run.agent, inputs=self.inputs)
-        if self.accept_changes:  # without it, altered products refused the resume before the lock's work
-            from ._artifacts import accepted_products, bad_products
-
-            bad = await bad_products(run.store, walker, accepted=accepted_products(walker))
+        if self.accept_changes:  # without it, changed products refused the resume before the lock's work
+            # Every change present now, also a product the interrupted step may have
+            # replaced (`unsettled`, checked again once that step completed): one
+            # acceptance covers them all, and the check after the step honours it.
+            bad = await bad_products(run.store, walker, unsettled=True)
             diffs += [c.difference() for c in bad]
         if diffs:
             if not self.accept_changes:

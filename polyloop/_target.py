@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._agent import Agent, RunResult
-from ._artifacts import accepted_products, check_products
+from ._artifacts import check_products
 from ._errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._files import NotRegularFileError, check_regular, read_regular
 from ._ids import check_run_id
@@ -220,7 +220,7 @@ async def resume_run(
             f = walker.finished
             return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
         if not resume.accept_changes:  # accepted changes are weighed by Resume.open
-            await check_products(store, walker, accepted=accepted_products(walker))
+            await check_products(store, walker)
         if isinstance(nxt, NeedsOperator):
             raise NeedsOperatorError(run_id, nxt.executions)
         assert walker.started is not None

@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._artifacts import read_product_file
 from .._codec import ParsedLog, parse_log
 from .._errors import (
     InvalidRunIdError,
@@ -546,8 +547,10 @@ class JsonlStore:
         """The product's bytes, or None when it does not exist; never follows a symbolic link.
 
         Raises:
-            StoreError: it cannot be read, or it (or its folder) is not a
-                regular file (directory) but, say, a symbolic link.
+            NotRegularProductError: (a `StoreError`) it (or its folder) is not
+                a regular file (directory) but, say, a symbolic link or a FIFO;
+                the product checks count it as missing.
+            StoreError: it cannot be read.
         """
         check_run_id(run_id)
         check_product_name(name)
@@ -607,21 +610,11 @@ class JsonlStore:
 
     def _get(self, run_id: str, name: str) -> bytes | None:
         folder = f"{self._prefix}{run_id}.artifacts"
-        path = os.path.join(folder, name)
         try:
-            mode = os.lstat(folder).st_mode
-        except FileNotFoundError:
-            return None
+            return read_product_file(folder, name, self._disk.read, run_id=run_id)
         except OSError as exc:
-            raise StoreError(f"cannot read {folder}: {exc.strerror or exc}", run_id=run_id) from exc
-        if not stat.S_ISDIR(mode):
-            raise StoreError(f"cannot read products in {folder}: it is {kind_of(mode)}, not a directory", run_id=run_id)
-        try:
-            return self._disk.read(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StoreError(f"cannot read product {path}: {why(path, exc)}", run_id=run_id) from exc
+            path = os.path.join(folder, name)
+            raise StoreError(f"cannot read product {path}: {exc.strerror or exc}", run_id=run_id) from exc
 
     # -- reads -------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._artifacts import ProductCheck, accepted_products, judge
+from .._artifacts import NotRegularProductError, ProductCheck, judge, read_product_file, refused_products
 from .._classify import Walker, walk
 from .._codec import ParsedLog, parse_log
 from .._errors import Problem
@@ -103,9 +102,8 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
     assert walker is not None
     problems: list[tuple[int | None, str]] = []
     products = _products(p, walker)
-    accepted = accepted_products(walker)  # changes a person accepted on the record are not bad
-    bad = [(None, c.sentence()) for c in products
-           if c.state in ("missing", "altered") and (c.ref.name, c.now_sha256) not in accepted]
+    # (changes a person accepted on the record are not bad)
+    bad = [(None, c.sentence()) for c in refused_products(products, walker)]
     if parsed.torn_line is not None:
         message = "torn tail: the last write was cut off by a crash (dropped on read)"
         problems.append((parsed.torn_line, message))
@@ -132,23 +130,27 @@ def corrupt_verdict(path: str, run_id: str, problems: Sequence[Problem]) -> File
 
 
 def _products(log: Path, walker: Walker) -> tuple[ProductCheck, ...]:
-    """The log's products, checked against the folder beside it.
+    """The log's products, checked against the folder beside it (as `JsonlStore.get_product` reads them).
 
     A product that is not a regular file (a symbolic link, a FIFO), or in a
-    folder that is a link, is never followed: it counts as missing.
+    folder that is a link, is never followed: it counts as missing, saying
+    what is in its place. One that cannot be read counts as missing too.
     """
     if not walker.artifacts:
         return ()
-    folder = log.parent / f"{log.name[: -len('.jsonl')]}.artifacts"
-    linked = folder.is_symlink()
+    folder = str(log.parent / f"{log.name[: -len('.jsonl')]}.artifacts")
     in_flight = bool(walker.in_flight())
     checks = []
     for ref in walker.artifacts.values():
         data: bytes | None = None
-        if not linked:
-            with contextlib.suppress(OSError):
-                data = _DISK.read(str(folder / ref.name))
-        checks.append(judge(ref, data, in_flight=in_flight))
+        instead: str | None = None
+        try:
+            data = read_product_file(folder, ref.name, _DISK.read)
+        except NotRegularProductError as exc:
+            instead = exc.instead
+        except OSError:
+            pass
+        checks.append(judge(ref, data, in_flight=in_flight, instead=instead))
     return tuple(checks)
 
 

@@ -1,6 +1,8 @@
 """An agent that keeps intermediate products, for the CLI tests (target `artifact_agents.py:pipeline`).
 
-`POLYLOOP_TEST_DIE_AT_CALL=N` SIGKILLs the process at the agent's N-th model call.
+`POLYLOOP_TEST_DIE_AT_CALL=N` SIGKILLs the process at the agent's N-th model call;
+`POLYLOOP_TEST_DIE_IN_SUMMARIZE=1` SIGKILLs it as the `safe` action `summarize` starts
+(its intent is durable, its outcome never recorded: the step is interrupted).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def extract(doc: str, ctx: ToolContext):
 @tool(replay="safe")
 async def summarize(ctx: ToolContext) -> str:
     """Summarize the product."""
+    if os.environ.get("POLYLOOP_TEST_DIE_IN_SUMMARIZE"):
+        os.kill(os.getpid(), signal.SIGKILL)
     data = await ctx.artifacts.aread("extract.json")
     ref = await ctx.artifacts.awrite("summary.txt", b"%d bytes" % len(data))
     return f"summary in {ref.path}"

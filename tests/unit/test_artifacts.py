@@ -334,3 +334,59 @@ def test_verify_does_not_report_a_product_change_accepted_on_the_record(tmp_path
     assert verify_logs(tmp_path).summary["bad_product"] == 1
     asyncio.run(make().run("go", run_id="r8", store=store, accept_changes=True, reason="checked by hand"))
     assert verify_logs(tmp_path).summary == {"ok": 1, "torn_tail": 0, "corrupt": 0, "bad_product": 0}
+
+
+def test_an_acceptance_covers_exactly_the_state_it_saw():
+    from types import SimpleNamespace
+
+    from polyloop._artifacts import judge, refused_products
+    from polyloop._records import CheckpointAccepted
+
+    ref = Artifact(result_id="s1-a1", name="x", path="r.artifacts/x", size=1, sha256=sha(b"x"))
+    gone, fifo = judge(ref, None), judge(ref, None, instead="a FIFO is in its place, not the regular file written")
+    other, later, same = judge(ref, b"y"), judge(ref, b"z"), judge(ref, b"x")
+    unsettled = judge(ref, b"y", in_flight=True)
+    assert (gone.state, fifo.state, other.state, same.state, unsettled.state) == (
+        "missing", "missing", "altered", "ok", "unsettled"
+    )
+    nothing = SimpleNamespace(accepted=[])
+    assert refused_products([gone, fifo, other, same, unsettled], nothing) == [gone, fifo, other]
+    assert refused_products([unsettled], nothing, unsettled=True) == [unsettled]
+    # Accepted as missing: absent or not a regular file is covered, bytes that come back are a new change.
+    walker = SimpleNamespace(accepted=[CheckpointAccepted(differences=[gone.difference()], reason="r", by="me")])
+    assert refused_products([gone, fifo, other], walker) == [other]
+    # Accepted at some bytes: those bytes, not others, nor its absence.
+    walker = SimpleNamespace(accepted=[CheckpointAccepted(differences=[other.difference()], reason="r", by="me")])
+    assert refused_products([other, later, gone], walker) == [later, gone]
+    assert refused_products([unsettled], walker, unsettled=True) == []
+
+
+def test_a_product_that_is_no_longer_a_regular_file_is_a_change_in_the_python_api_too(tmp_path):
+    store = JsonlStore(tmp_path)
+    stopped_after_step_one(store, "r10")
+    product = tmp_path / "r10.artifacts" / "extract.json"
+    os.unlink(product)
+    product.mkdir()
+    said = "product 'extract.json' (r10.artifacts/extract.json) is missing: a directory is in its place"
+    report = asyncio.run(inspect_run(store, "r10"))
+    assert [(a.state, a.instead) for a in report.artifacts] == [
+        ("missing", "a directory is in its place, not the regular file written")
+    ]
+    assert said in report.reason and report.next.startswith("refuse (exit code 4): run 'r10' cannot resume: " + said)
+    with pytest.raises(CheckpointError) as err:  # not a StoreError: a changed checkpoint
+        asyncio.run(make().run("go", run_id="r10", store=store))
+    assert said in str(err.value) and err.value.differences[0]["now"] is None
+    result = asyncio.run(make().run("go", run_id="r10", store=store, accept_changes=True, reason="rebuilt by hand"))
+    assert result.text == "done"  # (summarize could not read it: its error observation, then the final answer)
+
+
+def test_one_acceptance_covers_a_product_only_checked_after_the_interrupted_step(tmp_path):
+    store = JsonlStore(tmp_path)
+    agent = _interrupted_replacement(store, "r11", replay_rewrites=False)
+    result = asyncio.run(agent.run("go", run_id="r11", store=store, accept_changes=True, reason="keep it"))
+    assert result.text == "done"
+    records = asyncio.run(store.read_log("r11"))
+    accepted = [r for r in records if r.TAG == "checkpoint_accepted"]
+    assert len(accepted) == 1 and accepted[0].differences[0]["now"]["sha256"] == sha(b"rewritten")
+    step2 = classify(records).steps[1].completed
+    assert not step2.is_error and step2.observation == "rewritten"  # read at the bytes accepted
