@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -153,10 +153,12 @@ async def bad_products(
     """The referenced products that are missing or altered, and no override accepted (none for a finished run)."""
     if walker.finished is not None or not walker.artifacts or walker.started is None:
         return []
-    return [
-        c for c in await product_checks(store, walker)
-        if c.state in ("missing", "altered") and (c.ref.name, c.now_sha256) not in accepted
-    ]
+    return unaccepted(await product_checks(store, walker), accepted)
+
+
+def unaccepted(checks: Collection[ProductCheck], accepted: Collection[tuple[str, str]]) -> list[ProductCheck]:
+    """The missing or altered products among `checks` that no override accepted: what refuses a resume."""
+    return [c for c in checks if c.state in ("missing", "altered") and (c.ref.name, c.now_sha256) not in accepted]
 
 
 async def check_products(
@@ -180,10 +182,15 @@ async def check_products(
         StoreError: a product cannot be read.
     """
     bad = await bad_products(store, walker, accepted=accepted)
-    if not bad:
-        return
-    assert walker.started is not None
-    run_id = walker.started.run_id
+    if bad:
+        assert walker.started is not None
+        raise products_refusal(store, walker.started.run_id, bad, when=when)
+
+
+def products_refusal(
+    store: Store, run_id: str, bad: Sequence[ProductCheck], *, when: str = "cannot resume"
+) -> CheckpointError:
+    """The `CheckpointError` that refuses a run whose products in `bad` are missing or altered."""
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
     lacks = "" if isinstance(store, ArtifactStore) else f" ({_lacks(store)})"
     message = (
@@ -191,7 +198,7 @@ async def check_products(
         "the run recorded could mix old and new products; start over under a new run id, or accept the "
         f"change on the record with `polyloop resume {run_id} --accept-changes --reason TEXT`"
     )
-    raise CheckpointError(run_id, message, [c.difference() for c in bad])
+    return CheckpointError(run_id, message, [c.difference() for c in bad])
 
 
 async def _get(store: Store, run_id: str, name: str) -> bytes | None:
