@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from polyloop import Recovery, answer, approve, deny
+from polyloop import Recovery, RunReport, answer, approve, deny, inspect_run
 from polyloop.stores import open_store
 
 from . import options, render
@@ -61,10 +61,15 @@ def approve_command(
     such; checked against the tool's schema on resume, before anything runs).
     Under the run's lock: of two deciders at once exactly one is recorded.
 
+    It then prints what resume will do, as `polyloop inspect` says it: if
+    an input, the logic version or a product changed since the run started,
+    that resume refuses (exit 4) and how to accept the change.
+
     Exit: 0 recorded; 2 refused - REQUEST_ID is not a request the run waits
     for (unknown, already decided, a question), the run is unknown, finished
-    or held by a live process, --expect-sha256 differs, or --args is not a
-    JSON object. Nothing is written when it refuses.
+    or held by a live process, --expect-sha256 differs, --args is not a
+    JSON object, or --reason or --by is blank (only whitespace or control
+    characters). Nothing is written when it refuses.
 
     \b
     Example:
@@ -75,9 +80,9 @@ def approve_command(
         scope.directory = where = options.where(directory, store_url)
         _text(reason, "--reason", by)
         edited = _json_object(args) if args is not None else None
-        recovery = asyncio.run(_run(where, approve, run_id, request_id, reason=reason, by=by, args=edited,
-                                    expect_sha256=expect_sha256))
-        render.decided(run_id, request_id, recovery, where)
+        recovery, report = asyncio.run(_run(where, approve, run_id, request_id, reason=reason, by=by, args=edited,
+                                            expect_sha256=expect_sha256))
+        render.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -105,9 +110,9 @@ def deny_command(
     with failures(Scope(run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         _text(reason, "--reason", by)
-        recovery = asyncio.run(_run(where, deny, run_id, request_id, reason=reason, by=by,
-                                    expect_sha256=expect_sha256))
-        render.decided(run_id, request_id, recovery, where)
+        recovery, report = asyncio.run(_run(where, deny, run_id, request_id, reason=reason, by=by,
+                                            expect_sha256=expect_sha256))
+        render.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -131,7 +136,8 @@ def answer_command(
 
     Exit: 0 recorded; 2 refused - REQUEST_ID is not a question the run waits
     for (unknown, already answered, an approval), the run is unknown, finished
-    or held by a live process. Nothing is written when it refuses.
+    or held by a live process, or --reason or --by is given blank. Nothing is
+    written when it refuses.
 
     \b
     Example:
@@ -141,21 +147,22 @@ def answer_command(
         scope.directory = where = options.where(directory, store_url)
         _text(text, "TEXT", by)
         options.utf8(reason, "--reason")
-        recovery = asyncio.run(_run(where, answer, run_id, request_id, text, by=by, reason=reason))
-        render.decided(run_id, request_id, recovery, where)
+        recovery, report = asyncio.run(_run(where, answer, run_id, request_id, text, by=by, reason=reason))
+        render.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
-async def _run(where: str, fn: Any, *args: Any, **kwargs: Any) -> Recovery:
+async def _run(where: str, fn: Any, run_id: str, *args: Any, **kwargs: Any) -> tuple[Recovery, RunReport]:
     async with open_store(where) as store:
-        return await fn(store, *args, **kwargs)
+        recovery = await fn(store, run_id, *args, **kwargs)
+        # The next line is inspect's: the planner's move judged against the checkpoint, as resume judges it.
+        return recovery, await inspect_run(store, run_id, validity=True)
 
 
 def _text(value: str, flag: str, by: str | None) -> None:
+    # Only what argv alone can get wrong; a blank --reason or --by is the library's to refuse.
     options.utf8(value, flag)
     options.utf8(by, "--by")
-    if by is not None and not by.strip():
-        raise BadInput("--by must name someone")
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop import Recovery, mark_resolved
+from polyloop import Recovery, RunReport, inspect_run, mark_resolved
 from polyloop._files import read_regular  # the library's one refusal of a FIFO, device or socket; not public API
 from polyloop.stores import open_store
 
@@ -72,9 +72,12 @@ def command(
     An unknown rollback (s3-r1): --executed means it undid the action,
     --not-executed that it did not (resume runs the rollback again).
 
+    It then prints what resume will do, as `polyloop inspect` says it (a
+    changed input, logic version or product: resume refuses, exit 4).
+
     Exit: 0 recorded; 2 refused - RESULT_ID is not an unknown action, an
     alert or an unknown rollback of the run waiting for a person, the run is unknown, finished or held by a live
-    process, or the flags are wrong. Nothing is written when it refuses.
+    process, the flags are wrong, or --reason or --by is given blank. Nothing is written when it refuses.
 
     \b
     Example:
@@ -94,21 +97,21 @@ def command(
         options.utf8(observation, "--observation")
         options.utf8(reason, "--reason")
         options.utf8(by, "--by")
-        if by is not None and not by.strip():
-            raise BadInput("--by must name someone")
         text = _read(observation_file) if observation_file is not None else observation
-        recovery = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason, by))
-        render.resolved(run_id, result_id, executed, recovery, where)
+        recovery, report = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason, by))
+        render.resolved(run_id, result_id, executed, recovery, report, where)
     raise typer.Exit(0)
 
 
 async def _resolve(
     where: str, run_id: str, result_id: str, executed: bool, text: str | None, reason: str | None, by: str | None
-) -> Recovery:
+) -> tuple[Recovery, RunReport]:
     async with open_store(where) as store:
-        return await mark_resolved(
+        recovery = await mark_resolved(
             store, run_id, result_id, executed=executed, observation=text, reason=reason, by=by
         )
+        # The next line is inspect's: the planner's move judged against the checkpoint, as resume judges it.
+        return recovery, await inspect_run(store, run_id, validity=True)
 
 
 def _read(path: Path) -> str:

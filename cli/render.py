@@ -295,20 +295,26 @@ def waits_stop(run_id: str, requests: Sequence[Any], directory: str | None) -> N
     _decide_block(console, run_id, requests, directory)
 
 
-def decided(run_id: str, request_id: str, recovery: Recovery, directory: str | None) -> None:
-    """approve, deny or answer recorded a decision: say which, and what comes next."""
+def decided(run_id: str, request_id: str, recovery: Recovery, report: RunReport, directory: str | None) -> None:
+    """approve, deny or answer recorded a decision: say which, and (as inspect says it) what comes next."""
     console = out()
     r = recovery.request_of(request_id)
     d = r.decision if r is not None else None
     assert d is not None
     edited = " with edited arguments" if d.args is not None else ""
     _line(console, (f"{d.decision} ", "bold green"), f"{request_id} of run {run_id}{edited} (by {clip(d.by, 60)})")
-    _line(console, ("next     ", "bold"), recovery.next_action())
+    _line(console, ("next     ", "bold"), clip(report.next, 10_000))
     waiting = recovery.waiting_requests()
     if waiting:
         _decide_block(console, run_id, waiting, directory)
         return
-    _line(console, ("run      ", "bold"), (resume_command(run_id, directory), "cyan"))
+    _resume_line(console, run_id, report, directory)
+
+
+def _resume_line(console: Console, run_id: str, report: RunReport, directory: str | None) -> None:
+    """After a settlement: the resume to run, unless resume would refuse (the next line says how to accept)."""
+    if report.refusal is None:
+        _line(console, ("run      ", "bold"), (resume_command(run_id, directory), "cyan"))
 
 
 # -- failures ----------------------------------------------------------------
@@ -783,17 +789,19 @@ def _checkpoint_lines(console: Console, report: RunReport) -> None:
 # -- mark-resolved -----------------------------------------------------------
 
 
-def resolved(run_id: str, result_id: str, executed: bool, recovery: Recovery, directory: str | None) -> None:
+def resolved(
+    run_id: str, result_id: str, executed: bool, recovery: Recovery, report: RunReport, directory: str | None
+) -> None:
+    """mark-resolved recorded a resolution: say which, and (as inspect says it) what comes next."""
     console = out()
     outcome = "executed" if executed else "not executed"
     by = recovery.resolutions[-1].by if recovery.resolutions else ""
     _line(console, ("resolved ", "bold green"), f"{result_id} of run {run_id} as {outcome} (by {clip(by, 60)})")
+    _line(console, ("next     ", "bold"), clip(report.next, 10_000))
     if recovery.blocking:
-        _line(console, ("next     ", "bold"), recovery.next_action())
         _settle_block(console, run_id, recovery.blocking, directory)
         return
-    _line(console, ("next     ", "bold"), recovery.next_action())
-    _line(console, ("run      ", "bold"), (resume_command(run_id, directory), "cyan"))
+    _resume_line(console, run_id, report, directory)
 
 
 # -- verify ------------------------------------------------------------------

@@ -12,7 +12,7 @@ from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
 from . import alerts, options, render
-from .errors import BadInput, Scope, failures, result_code
+from .errors import Scope, failures, result_code
 
 RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
 
@@ -84,8 +84,6 @@ def command(
     """
     with failures(Scope(run_id=run_id, resumable=True)) as scope:
         scope.directory = where = options.where(directory, store_url)
-        if (accept_changes or accept_crash_loop) and not (reason or "").strip():
-            raise BadInput("--accept-changes and --accept-crash-loop need --reason TEXT (it is written to the log)")
         options.utf8(reason, "--reason")
         options.utf8(by, "--by")
         resume = Resume(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)

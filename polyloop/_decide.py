@@ -19,7 +19,7 @@ from ._ids import check_run_id
 from ._loop import held, verdict, walk_off_loop, write_settlement
 from ._records import Decision, DecisionKind, args_digest, representable
 from ._store import Store
-from ._who import default_by
+from ._who import REASON, said, settled_by
 
 
 async def approve(
@@ -43,8 +43,10 @@ async def approve(
         store: where the run lives.
         run_id: the run.
         request_id: the request's id (`waiting[].id` of `polyloop inspect --json`, e.g. `s3-a1`).
-        reason: why (recorded).
-        by: who decides; defaults to the OS user and host (`user@host`).
+        reason: why (recorded); refused when blank (empty, or only
+            whitespace and control characters).
+        by: who decides; defaults to the OS user and host (`user@host`);
+            refused when given but blank.
         args: edited arguments to run instead of the model's (recorded in
             the decision, hashed in `args_sha256`). They are checked against
             the tool's schema on resume, before any intent: arguments that
@@ -59,6 +61,7 @@ async def approve(
         DecisionError: no such request, already decided, the run does not
             wait for it, a question (use `answer`), a SHA-256 that is not the
             request's, or `args` that are not a JSON object.
+        InvalidInputError: a blank `reason` or `by` (nothing is read or written).
         RunActiveError: a live process holds the run (another decider, or the run).
         RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
@@ -89,8 +92,8 @@ async def deny(
         The run's `Recovery` after the decision.
 
     Raises:
-        DecisionError, RunActiveError, RunNotFoundError, CorruptLogError,
-        InvalidRunIdError, StoreError: as for `approve`.
+        DecisionError, InvalidInputError, RunActiveError, RunNotFoundError,
+        CorruptLogError, InvalidRunIdError, StoreError: as for `approve`.
     """
     return await _decide(store, run_id, request_id, "denied", reason=reason, by=by, expect_sha256=expect_sha256)
 
@@ -114,8 +117,8 @@ async def answer(
         run_id: the run.
         request_id: the question's id (`waiting[].id`, kind `answer`).
         text: the answer.
-        by: who answers; defaults to the OS user and host.
-        reason: an optional note (recorded).
+        by: who answers; defaults to the OS user and host; refused when given but blank.
+        reason: an optional note (recorded); refused when given but blank.
 
     Returns:
         The run's `Recovery` after the decision.
@@ -123,6 +126,7 @@ async def answer(
     Raises:
         DecisionError: no such question, already answered, the run does
             not wait for it, or it is an approval (use `approve` or `deny`).
+        InvalidInputError: a blank `reason` or `by` (nothing is read or written).
         RunActiveError, RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
     if not isinstance(text, str):
@@ -143,6 +147,8 @@ async def _decide(
     expect_sha256: str | None = None,
 ) -> Recovery:
     check_run_id(run_id)
+    said(reason, REASON, required=kind != "answered")
+    who = settled_by(by)
     if args is not None:
         try:
             orjson.dumps(args)
@@ -166,7 +172,7 @@ async def _decide(
         record = Decision(
             id=request_id,
             decision=kind,
-            by=representable(by) if by else default_by(),
+            by=representable(who),
             request_sha256=r.request.args_sha256,
             args_sha256=args_digest(edited if edited is not None else r.request.args),
             reason=representable(reason) if reason is not None else None,

@@ -6,9 +6,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._artifacts import ProductCheck, product_checks, product_refusal, refused_products
+from ._artifacts import ProductCheck
 from ._classify import Execution, Recovery, Walker
-from ._errors import CorruptLogError, PolyLoopError, Problem, ResolutionError
+from ._errors import CheckpointError, CorruptLogError, Problem, ResolutionError
 from ._ids import check_run_id
 from ._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
 from ._plan import (
@@ -20,13 +20,13 @@ from ._plan import (
     NeedsOperator,
     Next,
     crash_loop_reason,
-    describe,
     plan,
     waits_for,
 )
+from ._outlook import outlook
 from ._records import CheckpointAccepted, Record, Resolution, representable
 from ._store import HoldingStore, ParsingStore, Store
-from ._who import default_by
+from ._who import REASON, said, settled_by
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
 
@@ -41,7 +41,11 @@ class RunReport:
             `active` (a live process holds it).
         reason: why it finished (`final_answer`, `max_steps`, `error`, `tool_failures`) or,
             for any other status, why it stopped, in one sentence.
-        next: what `polyloop resume` would do next, in one sentence.
+        next: what `polyloop resume` would do next, in one sentence, judged as
+            resume judges it: a missing or altered product, and (when
+            `validity` was asked for) a changed input, logic version or
+            configuration, make it `refuse (exit code 4): ` and resume's own
+            message; before a stop for a person it says the stop, then the refusal.
         recovery: the classification (None when the log is corrupt).
         records: the log's records as read.
         problems: why the log is corrupt (empty unless `status == "corrupt"`).
@@ -55,6 +59,8 @@ class RunReport:
             corrupt run, or when not asked.
         artifacts: every product the run references (latest reference per
             name), checked against what the store holds now (log format 1.2).
+        refusal: the `CheckpointError` `polyloop resume` would refuse the run
+            with now (exit code 4), or None; `next` says it.
     """
 
     run_id: str
@@ -68,6 +74,7 @@ class RunReport:
     torn_line: int | None = None
     validity: dict[str, Any] | None = None
     artifacts: tuple[ProductCheck, ...] = ()
+    refusal: CheckpointError | None = None
 
     @property
     def waiting(self) -> list[dict[str, Any]]:
@@ -327,19 +334,10 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
         return _corrupt(run_id, records, problems or [Problem("the log has no records", rule=1)], holder, torn_line)
     nxt = plan(walker)
     status, reason = _status(recovery, nxt, holder)
-    next_action = describe(nxt, run_id)
-    verdict_now = None
-    if validity and status in ("resumable", "needs_operator"):
-        verdict_now = _validity(walker)
-        if verdict_now["valid"] is False and not isinstance(nxt, (NeedsOperator, AlertStop)):
-            from ._validity import refusal
-
-            next_action = f"refuse (exit code 4): {refusal(run_id, verdict_now['differences'])}"
-    artifacts = tuple(await product_checks(store, walker))
-    bad = refused_products(artifacts, walker)
-    if bad and status in ("resumable", "needs_operator"):  # what resume refuses first
-        reason = f"the checkpoint is no longer valid: {bad[0].sentence()}"
-        next_action = f"refuse (exit code 4): {product_refusal(run_id, bad, store)}"
+    seen = await outlook(store, walker, nxt, stopped=status in ("resumable", "needs_operator"), validity=validity)
+    next_action = seen.next
+    if seen.bad:  # what resume refuses first
+        reason = f"the checkpoint is no longer valid: {seen.bad[0].sentence()}"
     if status == "active":
         next_action = f"nothing while it is active; once it is not: {next_action}"
     return RunReport(
@@ -351,28 +349,10 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
         records=records,
         holder=holder,
         torn_line=torn_line,
-        validity=verdict_now,
-        artifacts=artifacts,
+        validity=seen.validity,
+        artifacts=seen.artifacts,
+        refusal=seen.refusal,
     )
-
-
-def _validity(walker: Walker) -> dict[str, Any]:
-    """The checkpoint verdict of a stopped run, or why it was not checked."""
-    from ._target import load_target
-    from ._validity import differences
-
-    started = walker.started
-    assert started is not None
-    if not started.target:
-        return {"valid": None, "differences": [], "not_checked": "no target recorded (the run was started from Python)"}
-    try:
-        agent = load_target(started.target)
-        diffs = differences(started, walker.accepted, agent)
-    except PolyLoopError as exc:
-        return {"valid": None, "differences": [], "not_checked": str(exc)}
-    except Exception as exc:  # the agent's own code (a model's describe()) failed
-        return {"valid": None, "differences": [], "not_checked": f"{type(exc).__name__}: {exc}"}
-    return {"valid": not diffs, "differences": diffs, "not_checked": None}
 
 
 async def _recovery_off_loop(walker: Walker) -> Recovery | None:
@@ -460,8 +440,10 @@ async def mark_resolved(
         result_id: the id of what waits (`waiting` of `polyloop inspect --json`).
         executed: the operator's verdict.
         observation: what the action produced (only with `executed=True`).
-        reason: why the operator decided so.
-        by: who decided; defaults to the OS user and host, `user@host`.
+        reason: why the operator decided so; refused when given but blank
+            (empty, or only whitespace and control characters).
+        by: who decided; defaults to the OS user and host, `user@host`;
+            refused when given but blank.
 
     Returns:
         The run's `Recovery` after the resolution.
@@ -469,12 +451,15 @@ async def mark_resolved(
     Raises:
         ResolutionError: `result_id` is not an unknown action, an alert or
             an unknown rollback of the run waiting for a person.
+        InvalidInputError: a blank `reason` or `by` (nothing is read or written).
         RunActiveError: a live process holds the run.
         RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
     if not executed and observation is not None:
         raise ResolutionError(run_id, result_id, "an observation goes only with --executed")
     check_run_id(run_id)
+    said(reason, REASON)
+    who = settled_by(by)
     async with held(store, run_id, must_exist=True) as records:
         assert records is not None
         walker = verdict(await walk_off_loop(records, run_id), run_id)
@@ -483,7 +468,7 @@ async def mark_resolved(
             result_id=result_id,
             outcome="executed" if executed else "not_executed",
             observation=representable(observation or "") if executed else None,
-            by=by or default_by(),
+            by=who,
             reason=reason,
         )
         return await write_settlement(store.write_resolution, walker, run_id, record, "resolution")

@@ -212,7 +212,12 @@ class Recovery:
         return max_attempts_of(self.started)
 
     def next_action(self) -> str:
-        """One sentence: what `resume` would do next (the planner's verdict, rendered)."""
+        """One sentence: the planner's next move, rendered.
+
+        The checkpoint is not judged here (that reads the store and imports
+        the target): what `resume` does, a refusal included, is
+        `inspect_run(store, run_id, validity=True)`'s `next`.
+        """
         from ._plan import describe, plan
 
         return describe(plan(self), self.run_id)

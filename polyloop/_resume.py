@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._artifacts import bad_products
 from ._errors import CrashLoopError, InvalidInputError
-from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, describe, plan
+from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
 from ._records import CheckpointAccepted, CrashLoopAccepted, Resumed
 from ._validity import differences, refusal
-from ._who import default_by
+from ._who import BY, REASON, said, settled_by
 
 if TYPE_CHECKING:
     from ._loop import _Run
@@ -39,18 +39,21 @@ class Resume:
     on_resume: Callable[[str], None] | None = None
 
     def check(self) -> None:
-        """Refuse an acceptance without a reason (before anything is read or written)."""
-        if (self.accept_changes or self.accept_crash_loop) and not (self.reason or "").strip():
-            which = "accept_changes" if self.accept_changes else "accept_crash_loop"
-            raise InvalidInputError(f"{which} needs a reason (--reason TEXT): it is written to the log")
+        """Refuse an acceptance without a reason, and a blank reason or name (before anything is read or written)."""
+        if (self.accept_changes or self.accept_crash_loop) and self.reason is None:
+            which = "accepting changes (--accept-changes)" if self.accept_changes else (
+                "lifting a crash loop (--accept-crash-loop)")
+            raise InvalidInputError(f"{which} needs {REASON}: it is written to the log")
+        said(self.reason, REASON)
+        said(self.by, BY)
 
     async def open(self, run: _Run) -> None:
         walker = run.walker
         nxt = plan(walker)
-        if isinstance(nxt, (Finished, NeedsOperator, AlertStop, AwaitDecision)):
+        if not compares_checkpoint(nxt):
             return  # nothing runs: the loop reports it as before
         assert walker.started is not None
-        by = self.by or default_by()
+        by = settled_by(self.by)
         diffs = differences(walker.started, walker.accepted, run.agent, inputs=self.inputs)
         if self.accept_changes:  # without it, changed products refused the resume before the lock's work
             # Every change present now, also a product the interrupted step may have
@@ -72,3 +75,13 @@ class Resume:
         walker.live = True
         if self.on_resume is not None:
             self.on_resume(describe(plan(walker), run.run_id))
+
+
+def compares_checkpoint(nxt: Next) -> bool:
+    """Whether resume compares the checkpoint before `nxt` (not for a finished run or a stop for a person).
+
+    The one rule `Resume.open` follows and `polyloop._outlook` reports: a
+    stop runs nothing, so it is reported as the stop (exit code 3) even when
+    the checkpoint changed; the comparison refuses once it is settled.
+    """
+    return not isinstance(nxt, (Finished, NeedsOperator, AlertStop, AwaitDecision))

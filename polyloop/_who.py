@@ -1,9 +1,22 @@
-"""Who a settlement is by when nobody says (SPEC: the OS user and host)."""
+"""Who settles something and why, as a person gives them (SPEC: who defaults to the OS user and host).
+
+Every command that records a person's decision (approve, deny, answer,
+mark-resolved, an accepted checkpoint change, a lifted crash loop) takes
+its `by` and `reason` through `said`, so a blank one is refused the same
+way everywhere: before anything is read or written.
+"""
 
 from __future__ import annotations
 
 import getpass
 import socket
+import unicodedata
+
+from ._errors import InvalidInputError
+
+REASON = "the reason (--reason)"
+BY = "who decides (--by)"
+_UNSEEN = ("Cc", "Cf")  # control and format characters: nothing a reader sees as words
 
 
 def default_by() -> str:
@@ -13,3 +26,29 @@ def default_by() -> str:
     except Exception:  # getpass raises OSError or KeyError, depending on the platform
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def said(value: str | None, what: str, *, required: bool = False) -> str | None:
+    """`value` as a person gave it; refused when given but blank, or when required and not given.
+
+    Blank is empty text, or text of nothing but whitespace and control or
+    format characters (Unicode Cc and Cf: invisible, or escapes on a
+    terminal): on the record it would name no one or give no reason.
+
+    Raises:
+        InvalidInputError: `value` is blank, not text, or None while `required`.
+    """
+    if value is None:
+        if required:
+            raise InvalidInputError(f"{what} is required: it is written to the log")
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be text, not {type(value).__name__}")
+    if all(ch.isspace() or unicodedata.category(ch) in _UNSEEN for ch in value):
+        raise InvalidInputError(f"{what} is blank: give it in words (it is written to the log)")
+    return value
+
+
+def settled_by(by: str | None) -> str:
+    """Who a settlement is by: `by` as given (refused when blank), else `default_by()`."""
+    return said(by, BY) or default_by()

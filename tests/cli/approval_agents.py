@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 from polyloop import Agent, ScriptedModel, ToolContext, ask_human, tool
@@ -55,3 +56,41 @@ def two_payments() -> Agent:
 def ask_and_note() -> Agent:
     """One step of two calls: a question for a person, and a note."""
     return _step_of(("ask_human", {"question": "which colour?"}), ("note", {"text": "hello"}))
+
+
+# Agents whose checkpoint a test can change under a waiting call: each first
+# writes a product (`draft.txt`), then calls what waits; the logic version is
+# $APPROVAL_TEST_VERSION (default "1"). `post` is `never` replay and, with
+# $APPROVAL_TEST_KILL set, dies after its effect, before its result.
+
+
+@tool(replay="safe")
+def draft(ctx: ToolContext):
+    """Write a draft: a product the run keeps."""
+    return ctx.artifacts.write("draft.txt", "pay bob 500")
+
+
+@tool
+def post(text: str) -> str:
+    """Post a message (a side effect that must not repeat)."""
+    if os.environ.get("APPROVAL_TEST_KILL"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "posted"
+
+
+def _versioned(call: dict, tools: list) -> Agent:
+    script = [{"tool": "draft", "args": {}}, call, {"final": "done"}]
+    version = os.environ.get("APPROVAL_TEST_VERSION", "1")
+    return Agent(model=ScriptedModel(script), tools=[draft, *tools], logic_version=version)
+
+
+def drafting_payer() -> Agent:
+    return _versioned({"tool": "pay", "args": {"amount": 500, "to": "bob"}}, [pay])
+
+
+def drafting_asker() -> Agent:
+    return _versioned({"tool": "ask_human", "args": {"question": "which colour?"}}, [ask_human])
+
+
+def drafting_poster() -> Agent:
+    return _versioned({"tool": "post", "args": {"text": "hello"}}, [post])
