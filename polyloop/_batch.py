@@ -172,11 +172,14 @@ def run_batch(
         try:
             return supervisor.report(supervisor.run())
         finally:
-            # A run id that named another's run was never this batch's: withdrawn, so the
-            # line can take another id without reading as a moved line.
-            if supervisor.foreign & runs.keys():
-                mine = {run_id: entry for run_id, entry in runs.items() if run_id not in supervisor.foreign}
-                keeper.save(target=recorded.target or target, runs=mine)
+            _withdraw(keeper, recorded.target or target, runs, supervisor.foreign)
+
+
+def _withdraw(keeper: Any, target: str, runs: dict[str, dict[str, Any]], foreign: set[str]) -> None:
+    # A run id that named another's run was never this batch's: forgotten, so the line
+    # can take another id without reading as a moved line.
+    if foreign & runs.keys():
+        keeper.save(target=target, runs={run_id: e for run_id, e in runs.items() if run_id not in foreign})
 
 
 def _no_goals(goals: Any, is_file: bool) -> BatchError:
