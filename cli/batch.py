@@ -379,7 +379,7 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
         waiting = {r.status for r in report.runs} - {"finished"}
         if waiting <= {"changed", "invalid"}:
             # Nothing a re-run does by itself: the goals file (or the target) must change first.
-            what = "fix the lines listed above (or give the batch a new --name), then run the same command again:"
+            what = "do what each line above says (to the goals file, the target or --name), then run the batch again:"
         else:
             what = "run the same command again (it skips what finished):"
         _say(console, ("then: ", "bold"), what)

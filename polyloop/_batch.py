@@ -170,7 +170,17 @@ def run_batch(
             processes=processes or _cores(), concurrency=concurrency, progress=progress,
             wait_active=wait_active, lease=lease,
         )
-        return supervisor.report(supervisor.run())
+        try:
+            return supervisor.report(supervisor.run())
+        finally:
+            _withdraw(keeper, recorded.target or target, runs, supervisor.foreign)
+
+
+def _withdraw(keeper: Any, target: str, runs: dict[str, dict[str, Any]], foreign: set[str]) -> None:
+    # A run id that named another's run was never this batch's: forgotten, so the line
+    # can take another id without reading as a moved line.
+    if foreign & runs.keys():
+        keeper.save(target=target, runs={run_id: e for run_id, e in runs.items() if run_id not in foreign})
 
 
 def _no_goals(goals: Any, is_file: bool) -> BatchError:
@@ -294,6 +304,7 @@ class _Supervisor:
         }
         self.total = len(lines) + len(removed)
         self.results: dict[int, BatchRun] = {}
+        self.foreign: set[str] = set()  # run ids the workers found to name another's run
         self.queue: deque[_Item] = deque()
         for key, line in enumerate([*lines, *removed]):
             if line.error is not None:
@@ -352,7 +363,7 @@ class _Supervisor:
             item = self.queue.popleft()
             line = item.line
             try:
-                w.conn.send(("run", item.key, line.line, line.run_id, line.goal, line.inputs))
+                w.conn.send(("run", item.key, line.line, line.run_id, line.goal, line.inputs, line.own_id))
             except OSError:  # it died; the next wait() sees it
                 self.queue.appendleft(item)
                 open_.remove(w)
@@ -371,10 +382,12 @@ class _Supervisor:
         if kind == "steps":
             self.steps += message[1]
         elif kind == "done":
-            key, entry = message[1], message[2]
+            key, entry, foreign = message[1], message[2], message[3]
             worker.held.pop(key, None)
             self.results[key] = entry
             self.by_workers += 1
+            if foreign:
+                self.foreign.add(entry.run_id)
         elif kind == "fatal":
             raise TargetError(self.target, f"a worker process could not load it: {message[1]}")
 

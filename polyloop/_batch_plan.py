@@ -9,12 +9,16 @@ The rules a reader of docs/how-to/run-a-thousand-rollouts.md relies on:
   optional `inputs`; other keys are ignored. Blank lines are skipped in both forms,
   and line numbers are the file's own (1-based, blank lines counted).
 * A line without a `run_id` runs as `NAME-LLLLL`: the batch name and the line
-  number, zero-padded to five digits.
+  number, zero-padded to five digits. A new `--name` renames these, never a
+  line's own `run_id` (so advice to get a line a new run says which to change:
+  `fresh_run_advice`).
 * The manifest `DIR/.batch-NAME.json` records the target the batch first ran
   and, per run id, the line and hashes of what that line asked (goal and
   inputs together, and apart) the first time the batch saw it; it is only
   ever added to, so a changed or removed line (or another target) is
-  reported on every later invocation.
+  reported on every later invocation. The one exception: a run id found to
+  name another's run (a log with another goal or target) is withdrawn, as the
+  batch never ran it, so the line can take another run id.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ class BatchLine:
 
     `run_id` is None only when the line names an unsafe run id; `error` says
     why the line will not run (a bad line, or one that changed since the
-    batch first saw it).
+    batch first saw it). `own_id` says the run id is the line's own
+    `"run_id"`, not `NAME-LLLLL`, so a new batch name leaves it unchanged.
     """
 
     line: int
@@ -67,6 +72,7 @@ class BatchLine:
     digest: str | None = None
     error: str | None = None
     changed: bool = False
+    own_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +103,25 @@ def check_name(name: str) -> str:
             "not starting with '.'"
         ) from None
     if len(name) > MAX_NAME_LENGTH:
-        raise BatchError(f"the batch name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
+        raise BatchError(
+            f"the batch name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}: give a shorter --name"
+        )
     return name
+
+
+def fresh_run_advice(own_id: bool, *, recorded: bool) -> str:
+    """How a line gets a run id no run has yet: the end of a refusal's advice.
+
+    A new `--name` renames the generated ids (`NAME-LLLLL`) only; a line's own
+    `"run_id"` has to change itself. While this batch's manifest records the
+    line's run (`recorded`), a new id alone would make the line a moved one,
+    so that takes a new `--name` too.
+    """
+    if not own_id:
+        return "give the batch a new --name"
+    if recorded:
+        return 'give the batch a new --name and this line a new "run_id" (--name leaves a line\'s own run id as it is)'
+    return 'give this line another "run_id" (or remove it)'
 
 
 def accepts_inputs() -> bool:
@@ -151,7 +174,10 @@ def read_goals(source: Any, *, name: str) -> list[BatchLine]:
         if planned.run_id is not None and planned.error is None:
             first = seen.setdefault(planned.run_id, number)
             if first != number:
-                planned = replace(planned, error=f"run id {planned.run_id!r} is already used by line {first}")
+                planned = replace(
+                    planned,
+                    error=f'run id {planned.run_id!r} is already used by line {first}: give this line another "run_id"',
+                )
         lines.append(planned)
     return lines
 
@@ -210,11 +236,15 @@ def _plan_line(number: int, item: Any, *, default_id: str, jsonl: bool, inputs_o
 
 
 def _plan_object(number: int, obj: Mapping[str, Any], *, default_id: str, inputs_ok: bool) -> BatchLine:
-    run_id = obj.get("run_id", default_id)
-    try:
-        run_id = check_run_id(run_id)
-    except InvalidRunIdError as exc:
-        return BatchLine(number, None, error=str(exc))
+    if "run_id" in obj:
+        try:
+            return replace(_plan_goal(number, obj, check_run_id(obj["run_id"]), inputs_ok=inputs_ok), own_id=True)
+        except InvalidRunIdError as exc:
+            return BatchLine(number, None, error=str(exc), own_id=True)
+    return _plan_goal(number, obj, default_id, inputs_ok=inputs_ok)
+
+
+def _plan_goal(number: int, obj: Mapping[str, Any], run_id: str, *, inputs_ok: bool) -> BatchLine:
     goal = obj.get("goal")
     if not isinstance(goal, str):
         what = "has no" if goal is None else f"has {_json_kind(goal)} as its"
@@ -296,7 +326,10 @@ def load_manifest(path: Path) -> Manifest:
         ) from exc
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION or not isinstance(runs, dict):
-        raise BatchError(f"the batch manifest {path} is not a version {MANIFEST_VERSION} manifest")
+        raise BatchError(
+            f"the batch manifest {path} is not a version {MANIFEST_VERSION} manifest; "
+            "restore it, or give the batch a new --name"
+        )
     target = doc.get("target")
     return Manifest(target if isinstance(target, str) else None, runs)
 
@@ -325,16 +358,19 @@ def reconcile(
     """
     recorded = manifest.runs
     if manifest.target is not None and manifest.target != target:
-        error = (
-            f"the batch first ran with the agent target {manifest.target}, not {target}; nothing "
-            "starts with another agent: run the batch with that target, or give it a new --name"
-        )
+        def error(own_id: bool) -> str:
+            return (
+                f"the batch first ran with the agent target {manifest.target}, not {target}; nothing "
+                f"starts with another agent: run the batch with that target, or "
+                f"{fresh_run_advice(own_id, recorded=True)}"
+            )
+
         named = {x.run_id for x in lines}
         others = [
-            BatchLine(_line_of(entry), run_id, changed=True, error=error)
+            BatchLine(_line_of(entry), run_id, changed=True, error=error(False))
             for run_id, entry in recorded.items() if run_id not in named
         ]
-        out = [x if x.error is not None else replace(x, changed=True, error=error) for x in lines]
+        out = [x if x.error is not None else replace(x, changed=True, error=error(x.own_id)) for x in lines]
         return out, others, dict(recorded)
     intact = {
         x.run_id for x in lines
@@ -397,7 +433,7 @@ def _changed(
     if entry is not None:
         return (
             f"the goals file changed: run {line.run_id} was planned {_what_changed(entry, line)}"
-            f"{now}; restore the goals file, or give the batch a new --name"
+            f"{now}; restore the goals file, or {fresh_run_advice(line.own_id, recorded=True)}"
         )
     if why is not None:
         return (

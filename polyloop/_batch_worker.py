@@ -3,7 +3,8 @@
 Started by `run_batch` as `python -m polyloop._batch_worker FD PARENT_PID`,
 where FD is its end of a socket pair. It receives the settings, then `run`
 and `stop` messages; it sends `ready`, `steps` (completed steps, summed every
-few tenths of a second), `done` (one `BatchRun` per run) and `fatal`.
+few tenths of a second), `done` (one `BatchRun` per run, and whether its run id
+turned out to name another's run) and `fatal`.
 
 It dies with its parent (SIGKILL on Linux, else when the socket closes): a
 run whose process died holds no lock, so the next invocation resumes it by
@@ -27,6 +28,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ._agent import Agent, RunResult
+from ._batch_plan import fresh_run_advice
 from ._batch_report import BatchRun, Status
 from ._errors import (
     CheckpointError,
@@ -101,6 +103,13 @@ class _Stopping(PolyLoopError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"run {run_id!r} stopped before its next call: the batch is stopping")
+
+
+class _Foreign(Exception):
+    """The line's run id names another's run (a log with another goal or target): the batch never ran it."""
+
+    def __init__(self, entry: BatchRun) -> None:
+        self.entry = entry
 
 
 class _Counting:
@@ -206,12 +215,16 @@ class _Worker:
             await asyncio.sleep(STEPS_EVERY)
             self._send_steps()
 
-    async def _one(self, key: int, line: int, run_id: str, goal: str, inputs: Any) -> None:
+    async def _one(self, key: int, line: int, run_id: str, goal: str, inputs: Any, own_id: bool = False) -> None:
         deadline = time.monotonic() + self.wait_active
         pause = 0.05
+        foreign = False
         while True:
             try:
-                entry = await self._attempt(line, run_id, goal, inputs)
+                entry = await self._attempt(line, run_id, goal, inputs, own_id)
+                break
+            except _Foreign as exc:
+                entry, foreign = exc.entry, True
                 break
             except RunActiveError as exc:
                 if time.monotonic() >= deadline:
@@ -226,11 +239,14 @@ class _Worker:
                 entry = BatchRun(run_id, line, "failed", 0, reason, "none")
                 break
         self._send_steps()
-        self._send(("done", key, entry))
+        self._send(("done", key, entry, foreign))
 
-    async def _attempt(self, line: int, run_id: str, goal: str, inputs: Any) -> BatchRun:
+    async def _attempt(self, line: int, run_id: str, goal: str, inputs: Any, own_id: bool) -> BatchRun:
         def entry(status: Status, reason: str, action: str, steps: int = 0, waiting: Any = ()) -> BatchRun:
             return BatchRun(run_id, line, status, steps, reason, action, tuple(waiting))
+
+        def foreign(field: str, recorded: str | None = None) -> _Foreign:
+            return _Foreign(entry("changed", _mismatch(run_id, field, own_id, recorded), "none", before))
 
         action = "started"
         before = 0
@@ -250,13 +266,13 @@ class _Worker:
                 raise RunActiveError(run_id, doc.get("holder"))
             before = int(doc.get("steps") or 0)
             if doc.get("goal") != goal:
-                return entry("changed", _mismatch(run_id, "goal"), "none", before)
+                raise foreign("goal")
             if doc.get("target") != self.target:
-                return entry("changed", _mismatch(run_id, "target", doc.get("target")), "none", before)
+                raise foreign("target", doc.get("target"))
             if status == "finished":
                 error = getattr(getattr(report.recovery, "finished", None), "error", None)
                 result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
-                return _finished(run_id, line, result, "skipped")
+                return _finished(run_id, line, result, "skipped", own_id)
             if status == "needs_operator":
                 why, waiting = _parked(doc)
                 return entry("needs_operator", why, "skipped", before, waiting)
@@ -286,18 +302,25 @@ class _Worker:
         except RunActiveError:
             raise
         except RunMismatchError as exc:
-            return entry("changed", str(exc), "none", before)
+            if exc.field == "goal":  # its log appeared since the look above
+                raise foreign("goal") from None
+            why = (
+                f"run {run_id} was started with {exc.field}={exc.recorded!r}, not {exc.given!r}: the agent "
+                f"changed since; restore it, or {fresh_run_advice(own_id, recorded=True)}"
+            )
+            return entry("changed", why, "none", before)
         except PolyLoopError as exc:
             return entry("failed", str(exc), action, before + self.counting.steps.get(run_id, 0))
         except Exception as exc:  # a bug in the agent's code: this run fails, the batch goes on
             steps = before + self.counting.steps.get(run_id, 0)
             return entry("failed", f"{type(exc).__name__}: {exc}", action, steps)
-        return _finished(run_id, line, result, action)
+        return _finished(run_id, line, result, action, own_id)
 
 
-def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRun:
+def _finished(run_id: str, line: int, result: RunResult, action: str, own_id: bool) -> BatchRun:
     # A run that ended stays ended: running the batch again reports it again.
-    over = "; the run is over (an ended run is never resumed): to run the line again, give the batch a new --name"
+    again = fresh_run_advice(own_id, recorded=True)
+    over = f"; the run is over (an ended run is never resumed): to run the line again, {again}"
     if result.reason == "error":
         return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}{over}", action)
     if result.reason == "tool_failures":  # exit code 1 for `polyloop run` too
@@ -306,17 +329,15 @@ def _finished(run_id: str, line: int, result: RunResult, action: str) -> BatchRu
     return BatchRun(run_id, line, "finished", result.steps, result.reason, action)
 
 
-def _mismatch(run_id: str, field: str, recorded: str | None = None) -> str:
+def _mismatch(run_id: str, field: str, own_id: bool, recorded: str | None = None) -> str:
+    # Not "run the batch with that target": the batch's manifest holds its own target by now.
+    fresh = fresh_run_advice(own_id, recorded=False)  # the manifest withdraws a run id of another's run
     if field == "goal":
         return (
             f"run {run_id} exists with another goal (the line changed since the run started, "
-            "or the id belongs to another run); restore the line, or give it another run id or "
-            "the batch a new --name"
+            f"or the id belongs to another run); restore the line, or {fresh}"
         )
-    return (
-        f"run {run_id} was started by the agent target {recorded or '(none)'}, not this batch's; "
-        "run the batch with that target, or give it a new --name"
-    )
+    return f"run {run_id} was started by the agent target {recorded or '(none)'}, not this batch's; {fresh}"
 
 
 

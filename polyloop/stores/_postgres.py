@@ -674,7 +674,11 @@ class PostgresStore:
                 if known is not None and not known[1] and known[0] in ("queued", "failed"):
                     why = f"it is already in the queue ({known[0]}, not started): give the new run another --run-id"
                     raise RunExistsError(run_id, why=why)
-                raise RunExistsError(run_id)
+                # Not "continue it with `polyloop resume`": submit queues new runs, and that
+                # command would lack this store's --store.
+                status = f" ({known[0]})" if known is not None and known[0] else ""
+                why = f"the store already knows it{status}: give the new run another --run-id"
+                raise RunExistsError(run_id, why=why)
 
     async def requeue(self, run_id: str) -> None:
         """Make a `failed` (or `parked`) run claimable again, once its cause is fixed.

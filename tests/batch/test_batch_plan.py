@@ -76,7 +76,7 @@ def test_a_byte_order_mark_is_not_part_of_the_first_goal(tmp_path):
 def test_a_run_id_used_twice_is_an_error_on_the_later_line(tmp_path):
     lines = plan(tmp_path, '{"goal": "a", "run_id": "b-00002"}\n{"goal": "b"}\n')
     assert lines[0].error is None
-    assert lines[1].error == "run id 'b-00002' is already used by line 1"
+    assert lines[1].error == 'run id \'b-00002\' is already used by line 1: give this line another "run_id"'
 
 
 def test_lines_can_be_given_directly(tmp_path):
@@ -206,7 +206,7 @@ def test_another_target_plans_nothing_and_keeps_the_manifest():
     for x in [lines[0], lines[2], removed[0]]:
         assert x.error == (
             f"the batch first ran with the agent target {T}, not other.py:agent; nothing starts with "
-            "another agent: run the batch with that target, or give it a new --name"
+            "another agent: run the batch with that target, or give the batch a new --name"
         )
 
 

@@ -164,3 +164,26 @@ def test_the_cli_submits_and_works(pg_url, pg_conn, tmp_path):
     assert bad.stdout.count("\n") == 1 and json.loads(bad.stdout)["error"]["type"] == "StoreError"
     not_pg = subprocess.run([*polyloop, "worker", "--store", str(tmp_path)], capture_output=True, text=True, env=env)
     assert not_pg.returncode == 2 and "needs a PostgreSQL store" in not_pg.stderr
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["queued", "finished"])
+def test_submit_of_a_known_run_id_gives_advice_that_works_when_followed(pg_url, tmp_path, started):
+    env = {**os.environ, "PL_TEST_EFFECTS": str(tmp_path / "effects"), "PL_TEST_SLOW": "0", "PL_TEST_STEPS": "1"}
+    polyloop = [sys.executable, "-m", "polyloop"]
+
+    def submit_(run_id: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*polyloop, "submit", f"{AGENTS}:reads", "--goal", "g", "--run-id", run_id,
+                               "--store", pg_url], capture_output=True, text=True, env=env)
+
+    run_id = fresh("known")
+    assert submit_(run_id).returncode == 0
+    if started:
+        work = subprocess.run([*polyloop, "worker", "--until-idle", "--poll", "0.05", "--store", pg_url],
+                              capture_output=True, text=True, env=env)
+        assert work.returncode == 0 and f"finish    {run_id}" in work.stdout, work
+    again = submit_(run_id)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1, again
+    assert again.stderr.rstrip().endswith("give the new run another --run-id"), again.stderr
+    assert "polyloop resume" not in again.stderr  # it would lack this --store, and submit queues new runs
+    other = submit_(f"{run_id}-2")  # what the advice says: another --run-id
+    assert (other.returncode, other.stdout) == (0, f"{run_id}-2\n"), other.stderr
