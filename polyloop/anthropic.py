@@ -67,8 +67,10 @@ class AnthropicModel(HostedModel):
         max_tokens: the most tokens one answer may generate (the API
             requires a limit). An answer cut at this limit has
             `stop_reason` `"max_tokens"`.
-        timeout: seconds one request may take; a request that takes longer
-            fails as a transient error (a new attempt follows).
+        timeout: seconds the whole request may take, from connecting to
+            the last byte of the answer (a wall-clock deadline, not only the
+            wait for each byte); a request that takes longer fails as a
+            transient error (a new attempt follows).
         params: further fields sent with every request, such as
             `{"temperature": 0, "tool_choice": {"type": "auto"}}`.
         client: an `anthropic.AsyncAnthropic` to reuse (for its connection
@@ -151,11 +153,13 @@ class AnthropicModel(HostedModel):
 
         Raises:
             TransientModelError: rate limited (429), overloaded (529),
-                timed out, could not connect, or another 5xx (also 408,
-                409); `retry_after` holds the server's `Retry-After` in
-                seconds when it sent one. Also `MalformedResponseError` for
-                an answer without content or a `tool_use` whose input is not
-                an object.
+                timed out, could not connect, the answer broke off, or
+                another 5xx (also 408, 409); `retry_after` holds the
+                server's `Retry-After` in seconds when it sent one. Also
+                `MalformedResponseError` for an answer that cannot be read:
+                not a JSON object, or a field missing, of the wrong type or
+                out of bounds (see `_model_output`), such as a `tool_use`
+                whose input is not an object.
             anthropic.APIStatusError: any other error answer (401 bad key,
                 400 bad request or too little credit, 404 unknown model);
                 retrying would not help, so the run stops resumable.

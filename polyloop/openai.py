@@ -65,8 +65,10 @@ class OpenAIModel(HostedModel):
         api_key: default `$OPENAI_API_KEY`. Local servers usually ignore the
             key, so with a base URL other than OpenAI's and no key set, a
             placeholder is sent.
-        timeout: seconds one request may take; a request that takes longer
-            fails as a transient error (a new attempt follows).
+        timeout: seconds the whole request may take, from connecting to
+            the last byte of the answer (a wall-clock deadline, not only the
+            wait for each byte); a request that takes longer fails as a
+            transient error (a new attempt follows).
         params: further fields sent with every request, such as
             `{"temperature": 0, "max_tokens": 1024, "seed": 7}`.
         client: an `openai.AsyncOpenAI` to reuse (for its connection pool
@@ -132,9 +134,12 @@ class OpenAIModel(HostedModel):
 
         Raises:
             TransientModelError: rate limited (429), timed out, could not
-                connect, or a 5xx answer; `retry_after` holds the server's
-                `Retry-After` in seconds when it sent one. Also
-                `MalformedResponseError` for an unreadable answer.
+                connect, the answer broke off, or a 5xx answer;
+                `retry_after` holds the server's `Retry-After` in seconds
+                when it sent one. Also `MalformedResponseError` for an
+                answer that cannot be read: not a JSON object, or a field
+                missing, of the wrong type or out of bounds (see
+                `_model_output`).
             openai.APIStatusError: any other error answer (401 bad key, 400
                 bad request, 404 unknown model, 429 with `insufficient_quota`);
                 retrying would not help, so the run stops resumable.
