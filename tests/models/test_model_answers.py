@@ -209,7 +209,8 @@ ALLOWED = [
 @pytest.mark.parametrize(("provider", "reply", "expected"), ALLOWED, ids=[
     "openai-full", "content-null", "content-missing", "tool-calls-null", "usage-missing", "usage-null",
     "finish-reason-null", "type-missing", "custom-call-skipped", "blank-arguments", "refusal", "max-count",
-    "anthropic-full", "stop-reason-null", "anthropic-usage-missing", "cache-count-null", "thinking-skipped", "no-content",
+    "anthropic-full", "stop-reason-null", "anthropic-usage-missing", "cache-count-null", "thinking-skipped",
+    "no-content",
 ])
 async def test_what_the_apis_allow_is_read(provider: Provider, reply: FakeResponse, expected: ModelOutput) -> None:
     assert await _complete(provider, reply) == expected
