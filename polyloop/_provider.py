@@ -1,74 +1,61 @@
-"""What the hosted-model adapters share: error mapping, Retry-After, safe URLs, configuration.
+"""What the hosted-model adapters share: the bounded request, error mapping, Retry-After, safe URLs.
 
 The official `openai` and `anthropic` SDKs raise errors of the same shape
 (`APITimeoutError`, `APIConnectionError`, `APIStatusError` with `status_code`,
-`response` and `body`), so one mapping onto `TransientModelError` serves both;
-neither SDK is imported here.
+`response` and `body`), so one mapping onto `TransientModelError`
+(`model_failure`) serves both; neither SDK is imported here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import importlib
+import math
 import os
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import ModuleType
 from typing import Any
 
+from ._answer import MAX_ANSWER_BYTES, MalformedResponseError, decode_answer
 from ._errors import TransientModelError
-from ._model import Message, Usage
+from ._model import Message
 
 
-class MalformedResponseError(TransientModelError):
-    """The server answered, but the answer cannot be read as a decision.
-
-    Raised when the answer has no choices or no content, or when one of the
-    model's tool calls carries arguments that are not a JSON object (small
-    models do this). It is a `TransientModelError`: the run loop records the
-    failed attempt, with the raw arguments in its error, and asks the model
-    again as a new attempt — a fresh sample usually parses. No action intent
-    is written for an answer that could not be read.
-
-    Attributes:
-        raw: the unreadable tool-call arguments (None for other problems).
-        usage: the tokens the server says the unreadable answer cost, if it
-            said (recorded in the failed attempt's `model_call_result`).
-    """
-
-    def __init__(self, message: str, *, raw: str | None = None, usage: Usage | None = None) -> None:
-        super().__init__(message, usage=usage)
-        self.raw = raw
+class _BrokenAnswer(Exception):
+    """The transfer of a 200 answer's body failed (the server hung up, a read timed out)."""
 
 
-def bad_arguments(name: str, raw: Any, usage: Usage | None) -> MalformedResponseError:
-    """The error for a tool call whose arguments are not a JSON object."""
-    shown = raw if isinstance(raw, str) else repr(raw)
-    shown = shown if len(shown) <= 500 else shown[:497] + "..."
-    return MalformedResponseError(
-        f"the model called {name!r} with arguments that are not a JSON object: {shown!r}",
-        raw=raw if isinstance(raw, str) else repr(raw),
-        usage=usage,
-    )
-
-
-def transient_error(
+def model_failure(
     exc: Exception,
     url: str,
     sdk: ModuleType,
     *,
+    timeout: float,
     retryable: tuple[int, ...] = (408, 409, 429),
     permanent: Callable[[Any], bool] = lambda exc: False,
 ) -> TransientModelError | None:
-    """The `TransientModelError` for a retryable SDK error, or None (let it propagate).
+    """What a failed model request is: a `TransientModelError`, or None (let it propagate).
 
-    Timeouts, connection errors, 5xx and the `retryable` statuses are
-    transient, unless `permanent(exc)` says retrying cannot help (OpenAI's
-    429 `insufficient_quota`).
+    The one place a request's failure is classified. Transient (a failed
+    attempt, asked again as a new attempt): an unreadable answer (a
+    `MalformedResponseError`, returned as it is), a request that outlived
+    `timeout` seconds (whether the server still bills it is unknown), a
+    connection error or an answer that broke off, 5xx and the `retryable`
+    statuses — unless `permanent(exc)` says retrying cannot help (OpenAI's
+    429 `insufficient_quota`). Anything else (400, 401, 404, a bug) is
+    returned as None: the run stops resumable.
     """
-    if isinstance(exc, sdk.APITimeoutError):
-        return TransientModelError(f"the request to {url} timed out")
+    if isinstance(exc, TransientModelError):
+        return exc
+    if isinstance(exc, (TimeoutError, sdk.APITimeoutError)):
+        return TransientModelError(f"the request to {url} timed out (timeout={timeout:g}s)")
+    if isinstance(exc, _BrokenAnswer):
+        cause = exc.__cause__
+        return TransientModelError(f"the answer from {url} broke off: {type(cause).__name__}: {cause}")
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         detail = f": {type(cause).__name__}: {cause}" if cause else ""
@@ -99,22 +86,21 @@ def server_message(exc: Any) -> str:
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asked to wait (`retry-after-ms`, `retry-after` seconds or date)."""
-    ms = headers.get("retry-after-ms")
-    if ms:
+    """Seconds the server asked to wait (`retry-after-ms`, `retry-after` seconds or date).
+
+    None when it did not ask, or asked for something that is no wait (`nan`,
+    `inf`, a date that cannot be read).
+    """
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         try:
-            return max(0.0, float(ms) / 1000)
+            seconds = float(headers.get(name) or "nan") / scale
         except ValueError:
-            pass
+            continue
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
     value = headers.get("retry-after")
-    if not value:
-        return None
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
+        when = email.utils.parsedate_to_datetime(value or "")
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
@@ -222,26 +208,57 @@ class HostedModel:
         self,
         sdk: ModuleType,
         new_client: Callable[..., Any],
-        create: Callable[[Any], Awaitable[Any]],
+        create: Callable[[Any], AbstractAsyncContextManager[Any]],
         *,
         retryable: tuple[int, ...] = (408, 409, 429),
         permanent: Callable[[Any], bool] = lambda exc: False,
-    ) -> Any:
-        """`create(client)` on the shared client or a fresh one, SDK errors mapped (see `transient_error`)."""
+    ) -> dict[str, Any]:
+        """The decoded answer of `create(client)`, on the shared client or a fresh one.
+
+        `create` opens the SDK call's streaming-response form, so the body is
+        read here, at most `MAX_ANSWER_BYTES` of it. The whole request —
+        connecting, sending, waiting, reading — must end within `timeout`
+        seconds of wall-clock time: the SDK's own timeout bounds each wait
+        for a byte, not the request, and a server that drips a valid answer
+        would hold the run for hours. A caller's cancellation propagates
+        unchanged; either way the response and a fresh client are closed.
+        Failures are classified by `model_failure`.
+        """
         try:
-            if self._client is not None:
-                return await create(self._client)
-            async with new_client(
-                api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
-            ) as client:
-                return await create(client)
-        except sdk.APIError as exc:
-            transient = transient_error(
-                exc, public_url(self.base_url), sdk, retryable=retryable, permanent=permanent
+            async with asyncio.timeout(self.timeout):
+                if self._client is not None:
+                    data = await _read(create(self._client))
+                else:
+                    async with new_client(
+                        api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+                    ) as client:
+                        data = await _read(create(client))
+            return decode_answer(data)
+        except Exception as exc:
+            failure = model_failure(
+                exc, public_url(self.base_url), sdk, timeout=self.timeout, retryable=retryable, permanent=permanent
             )
-            if transient is None:
+            if failure is None or failure is exc:
                 raise
-            raise transient from exc
+            raise failure from exc
+
+
+async def _read(opened: AbstractAsyncContextManager[Any]) -> bytes:
+    """The body of a successful answer, read in chunks and refused past `MAX_ANSWER_BYTES`."""
+    chunks: list[bytes] = []
+    size = 0
+    async with opened as response:
+        try:
+            async for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise MalformedResponseError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+                chunks.append(chunk)
+        except MalformedResponseError:
+            raise
+        except Exception as exc:
+            raise _BrokenAnswer() from exc
+    return b"".join(chunks)
 
 
 def _host(url: str) -> str:

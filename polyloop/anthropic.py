@@ -34,8 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._answer import Fields, MalformedResponseError, bad_arguments
 from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import HostedModel, MalformedResponseError, bad_arguments, import_extra
+from ._provider import HostedModel, import_extra
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicModel", "MalformedResponseError"]
 
@@ -66,8 +67,10 @@ class AnthropicModel(HostedModel):
         max_tokens: the most tokens one answer may generate (the API
             requires a limit). An answer cut at this limit has
             `stop_reason` `"max_tokens"`.
-        timeout: seconds one request may take; a request that takes longer
-            fails as a transient error (a new attempt follows).
+        timeout: seconds the whole request may take, from connecting to
+            the last byte of the answer (a wall-clock deadline, not only the
+            wait for each byte); a request that takes longer fails as a
+            transient error (a new attempt follows).
         params: further fields sent with every request, such as
             `{"temperature": 0, "tool_choice": {"type": "auto"}}`.
         client: an `anthropic.AsyncAnthropic` to reuse (for its connection
@@ -150,11 +153,13 @@ class AnthropicModel(HostedModel):
 
         Raises:
             TransientModelError: rate limited (429), overloaded (529),
-                timed out, could not connect, or another 5xx (also 408,
-                409); `retry_after` holds the server's `Retry-After` in
-                seconds when it sent one. Also `MalformedResponseError` for
-                an answer without content or a `tool_use` whose input is not
-                an object.
+                timed out, could not connect, the answer broke off, or
+                another 5xx (also 408, 409); `retry_after` holds the
+                server's `Retry-After` in seconds when it sent one. Also
+                `MalformedResponseError` for an answer that cannot be read:
+                not a JSON object, or a field missing, of the wrong type or
+                out of bounds (see `_model_output`), such as a `tool_use`
+                whose input is not an object.
             anthropic.APIStatusError: any other error answer (401 bad key,
                 400 bad request or too little credit, 404 unknown model);
                 retrying would not help, so the run stops resumable.
@@ -164,12 +169,12 @@ class AnthropicModel(HostedModel):
         # (`temperature` is not one in every release), the API accepts them all the same.
         own = {k: v for k, v in body.items() if k in _OWN}
         extra = {k: v for k, v in body.items() if k not in _OWN}
-        response = await self._send(
+        answer = await self._send(
             _anthropic,
             _anthropic.AsyncAnthropic,
-            lambda client: client.messages.create(**own, extra_body=extra or None),
+            lambda client: client.messages.with_streaming_response.create(**own, extra_body=extra or None),
         )
-        return _model_output(response)
+        return _model_output(answer)
 
 
 def _messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -205,42 +210,49 @@ def _messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system), out
 
 
-def _model_output(response: Any) -> ModelOutput:
-    """Read an `anthropic` `Message` as a `ModelOutput` (or raise `MalformedResponseError`)."""
-    usage = _usage(getattr(response, "usage", None))
-    content = getattr(response, "content", None)
-    if not isinstance(content, list):
-        raise MalformedResponseError("the answer has no content", usage=usage)
+def _model_output(answer: dict[str, Any]) -> ModelOutput:
+    """Read a Messages API answer strictly as a `ModelOutput` (or raise `MalformedResponseError`).
+
+    Required: `model`, a `content` list of blocks (each an object with a
+    `type`; a `text` block's `text`; a `tool_use` block's `id`, `name` and
+    object `input`) and `stop_reason` (null allowed). `usage` may be left
+    out, but when given it holds both counts (the cache counts are
+    optional). Blocks of other types (thinking, server tools) are not
+    decisions the loop acts on and are skipped. The bounds are
+    `polyloop._answer`'s.
+    """
+    fields = Fields()
+    usage = fields.object(answer, "usage", "usage", required=False)
+    if usage is not None:
+        fields.usage = Usage(
+            input_tokens=fields.count(usage, "input_tokens", "usage.input_tokens"),
+            output_tokens=fields.count(usage, "output_tokens", "usage.output_tokens"),
+            cache_read_input_tokens=fields.count(
+                usage, "cache_read_input_tokens", "usage.cache_read_input_tokens", required=False
+            ),
+            cache_creation_input_tokens=fields.count(
+                usage, "cache_creation_input_tokens", "usage.cache_creation_input_tokens", required=False
+            ),
+        )
+    fields.name(answer, "model", "model")
+    stop = fields.name(answer, "stop_reason", "stop_reason", nullable=True)
     texts: list[str] = []
     calls: list[ToolCall] = []
-    for block in content:
-        kind = getattr(block, "type", None)
+    for i, block in enumerate(fields.items(answer, "content", "content")):
+        at = f"content[{i}]"
+        if not isinstance(block, dict):
+            raise fields.fail(at, "is not an object", block)
+        kind = fields.name(block, "type", f"{at}.type")
         if kind == "text":
-            texts.append(getattr(block, "text", "") or "")
+            texts.append(fields.text(block, "text", f"{at}.text", required=True))
         elif kind == "tool_use":
-            args = getattr(block, "input", None)
-            if args is None:
-                args = {}
+            fields.name(block, "id", f"{at}.id")
+            name = fields.name(block, "name", f"{at}.name")
+            args = fields.get(block, "input", f"{at}.input", required=True)
             if not isinstance(args, dict):
-                raise bad_arguments(str(getattr(block, "name", "?")), args, usage)
-            calls.append(ToolCall(str(block.name), args))
-        # other blocks (thinking, server tools) are not decisions the loop acts on
+                raise bad_arguments(name, args, fields.usage)
+            calls.append(ToolCall(name, args))
     text = "".join(texts)
-    stop = getattr(response, "stop_reason", None)
-    stop = stop if isinstance(stop, str) else None
     if calls:
-        return ModelOutput(text=text or None, tool_calls=calls, usage=usage, stop_reason=stop)
-    return ModelOutput(text=text, usage=usage, stop_reason=stop)
-
-
-def _usage(usage: Any) -> Usage | None:
-    if usage is None:
-        return None
-    read = getattr(usage, "cache_read_input_tokens", None)
-    made = getattr(usage, "cache_creation_input_tokens", None)
-    return Usage(
-        input_tokens=int(getattr(usage, "input_tokens", 0) or 0),
-        output_tokens=int(getattr(usage, "output_tokens", 0) or 0),
-        cache_read_input_tokens=None if read is None else int(read),
-        cache_creation_input_tokens=None if made is None else int(made),
-    )
+        return ModelOutput(text=text or None, tool_calls=calls, usage=fields.usage, stop_reason=stop)
+    return ModelOutput(text=text, usage=fields.usage, stop_reason=stop)

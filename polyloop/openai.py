@@ -38,8 +38,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._answer import Fields, MalformedResponseError
 from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import HostedModel, MalformedResponseError, bad_arguments, import_extra
+from ._provider import HostedModel, import_extra
 
 _openai = import_extra("openai")
 
@@ -64,8 +65,10 @@ class OpenAIModel(HostedModel):
         api_key: default `$OPENAI_API_KEY`. Local servers usually ignore the
             key, so with a base URL other than OpenAI's and no key set, a
             placeholder is sent.
-        timeout: seconds one request may take; a request that takes longer
-            fails as a transient error (a new attempt follows).
+        timeout: seconds the whole request may take, from connecting to
+            the last byte of the answer (a wall-clock deadline, not only the
+            wait for each byte); a request that takes longer fails as a
+            transient error (a new attempt follows).
         params: further fields sent with every request, such as
             `{"temperature": 0, "max_tokens": 1024, "seed": 7}`.
         client: an `openai.AsyncOpenAI` to reuse (for its connection pool
@@ -131,21 +134,24 @@ class OpenAIModel(HostedModel):
 
         Raises:
             TransientModelError: rate limited (429), timed out, could not
-                connect, or a 5xx answer; `retry_after` holds the server's
-                `Retry-After` in seconds when it sent one. Also
-                `MalformedResponseError` for an unreadable answer.
+                connect, the answer broke off, or a 5xx answer;
+                `retry_after` holds the server's `Retry-After` in seconds
+                when it sent one. Also `MalformedResponseError` for an
+                answer that cannot be read: not a JSON object, or a field
+                missing, of the wrong type or out of bounds (see
+                `_model_output`).
             openai.APIStatusError: any other error answer (401 bad key, 400
                 bad request, 404 unknown model, 429 with `insufficient_quota`);
                 retrying would not help, so the run stops resumable.
         """
         body = self.request(messages, tools)
-        response = await self._send(
+        answer = await self._send(
             _openai,
             _openai.AsyncOpenAI,
-            lambda client: client.chat.completions.create(**body),
+            lambda client: client.chat.completions.with_streaming_response.create(**body),
             permanent=_out_of_credit,
         )
-        return _model_output(response)
+        return _model_output(answer)
 
 
 def _chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -199,44 +205,54 @@ def _chat_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _model_output(response: Any) -> ModelOutput:
-    """Read an `openai` `ChatCompletion` as a `ModelOutput` (or raise `MalformedResponseError`)."""
-    usage = _usage(getattr(response, "usage", None))
-    choices = getattr(response, "choices", None) or []
+def _model_output(answer: dict[str, Any]) -> ModelOutput:
+    """Read a chat-completions answer strictly as a `ModelOutput` (or raise `MalformedResponseError`).
+
+    Required: `model`, a non-empty `choices` list, the first choice's
+    `message` and `finish_reason` (null allowed), and each function call's
+    `id`, `function.name` and `function.arguments` (a JSON object in a
+    string; empty means no arguments). `usage` may be left out, but when
+    given it holds both counts. The bounds are `polyloop._answer`'s.
+    """
+    fields = Fields()
+    usage = fields.object(answer, "usage", "usage", required=False)
+    if usage is not None:
+        fields.usage = Usage(
+            input_tokens=fields.count(usage, "prompt_tokens", "usage.prompt_tokens"),
+            output_tokens=fields.count(usage, "completion_tokens", "usage.completion_tokens"),
+        )
+    fields.name(answer, "model", "model")
+    choices = fields.items(answer, "choices", "choices")
     if not choices:
-        raise MalformedResponseError("the server's answer has no choices", usage=usage)
-    message = choices[0].message
-    text = message.content or getattr(message, "refusal", None)
-    calls = tuple(
-        ToolCall(call.function.name, _arguments(call.function, usage))
-        for call in message.tool_calls or []
-        if getattr(call, "function", None) is not None  # a custom (non-function) call is not ours
-    )
-    if calls:
-        return ModelOutput(text=text or None, tool_calls=calls, usage=usage)
-    return ModelOutput(text=text or "", usage=usage)
+        raise fields.fail("choices", "is empty", choices)
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise fields.fail("choices[0]", "is not an object", choice)
+    fields.name(choice, "finish_reason", "choices[0].finish_reason", nullable=True)
+    message = fields.object(choice, "message", "choices[0].message")
+    at = "choices[0].message"
+    content = fields.text(message, "content", f"{at}.content")
+    refusal = fields.text(message, "refusal", f"{at}.refusal")
+    listed = fields.items(message, "tool_calls", f"{at}.tool_calls", required=False)
+    calls = [_tool_call(fields, call, f"{at}.tool_calls[{i}]") for i, call in enumerate(listed)]
+    text = content or refusal
+    function_calls = tuple(call for call in calls if call is not None)
+    if function_calls:
+        return ModelOutput(text=text or None, tool_calls=function_calls, usage=fields.usage)
+    return ModelOutput(text=text or "", usage=fields.usage)
 
 
-def _arguments(function: Any, usage: Usage | None) -> dict[str, Any]:
-    raw = function.arguments
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        args = json.loads(raw)
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
-        raise bad_arguments(function.name, raw, usage)
-    return args
-
-
-def _usage(usage: Any) -> Usage | None:
-    if usage is None:
+def _tool_call(fields: Fields, call: Any, at: str) -> ToolCall | None:
+    """One function call of an answer; None for a call of another type (a custom tool is not ours)."""
+    if not isinstance(call, dict):
+        raise fields.fail(at, "is not an object", call)
+    if fields.name(call, "type", f"{at}.type", required=False) not in (None, "function"):
         return None
-    return Usage(
-        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-    )
+    fields.name(call, "id", f"{at}.id")
+    function = fields.object(call, "function", f"{at}.function")
+    name = fields.name(function, "name", f"{at}.function.name")
+    raw = fields.get(function, "arguments", f"{at}.function.arguments", required=True)
+    return ToolCall(name, fields.arguments(name, raw))
 
 
 def _out_of_credit(exc: Any) -> bool:

@@ -7,6 +7,7 @@ are written, and how a key is checked. Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import threading
@@ -18,13 +19,18 @@ from typing import Any
 
 Args = Mapping[str, Any] | str
 
+DELETE: Any = type("_Delete", (), {"__repr__": lambda self: "DELETE"})()
+"""An edit's value that removes the field (see `FakeResponse.edit`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class FakeResponse:
     """One scripted answer of a fake model server (the same for every fake API).
 
-    Build one with `tool_call`, `final` or `error`. Every kind may carry a
-    `delay` in seconds before the server answers (for timeout tests).
+    Build one with `tool_call`, `final`, `error` or `raw`. Every kind may
+    carry a `delay` in seconds before the server answers, and a `drip` that
+    sends the body one byte at a time (for timeout tests); `edit` changes one
+    field of the answer document (for malformed-answer tests).
 
     Attributes:
         status: the HTTP status (200 for an answer).
@@ -41,6 +47,10 @@ class FakeResponse:
         finish_reason: overrides the computed finish (OpenAI) or stop (Anthropic) reason.
         cache: `(cache_read_input_tokens, cache_creation_input_tokens)` reported
             by the Anthropic fake (None: not reported).
+        edits: `(path, value)` pairs applied to the answer document, in order
+            (see `edit`).
+        body: the exact bytes to send instead of the answer document.
+        drip: seconds between the bytes of the body (0: all at once).
     """
 
     status: int = 200
@@ -52,6 +62,9 @@ class FakeResponse:
     delay: float = 0.0
     finish_reason: str | None = None
     cache: tuple[int, int] | None = None
+    edits: tuple[tuple[str, Any], ...] = ()
+    body: bytes | None = None
+    drip: float = 0.0
 
     @classmethod
     def tool_call(
@@ -99,6 +112,27 @@ class FakeResponse:
         }
         headers = () if retry_after is None else (("retry-after", f"{retry_after:g}"),)
         return cls(status=status, error_body=body, headers=headers, delay=delay)
+
+    @classmethod
+    def raw(cls, body: bytes | str, *, content_type: str = "application/json", status: int = 200) -> FakeResponse:
+        """An answer whose body is exactly `body` (not JSON, HTML, empty, a JSON array...)."""
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        return cls(status=status, body=data, headers=(("content-type", content_type),))
+
+    def edit(self, path: str, value: Any) -> FakeResponse:
+        """This answer with the field at `path` set to `value` (`DELETE` removes it).
+
+        `path` names the field in the API's answer document with dots, list
+        indexes as numbers: `"choices.0.message.tool_calls.0.function.name"`,
+        `"usage.input_tokens"`; `""` replaces the whole document.
+        """
+        return dataclasses.replace(self, edits=(*self.edits, (path, value)))
+
+    def edited(self, doc: Any) -> Any:
+        """The answer document `doc` with `edits` applied."""
+        for path, value in self.edits:
+            doc = _set(doc, path.split(".") if path else [], value)
+        return doc
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> FakeResponse:
@@ -156,6 +190,19 @@ class FakeRequest:
     def tools(self) -> list[dict[str, Any]]:
         """The tool definitions the request carried."""
         return list((self.body or {}).get("tools") or [])
+
+
+def _set(doc: Any, keys: list[str], value: Any) -> Any:
+    if not keys:
+        return value
+    key: Any = int(keys[0]) if isinstance(doc, list) else keys[0]
+    if len(keys) > 1:
+        doc[key] = _set(doc[key], keys[1:], value)
+    elif value is DELETE:
+        del doc[key]
+    else:
+        doc[key] = value
+    return doc
 
 
 Responder = Callable[[dict[str, Any]], FakeResponse]
@@ -328,7 +375,7 @@ class FakeServer:
     def _reply(self, body: dict[str, Any]) -> tuple[int, Any, FakeResponse]:
         reply = self._next(body)
         if reply.status == 200:
-            return 200, self.answer(body, reply, next(self._ids)), reply
+            return 200, reply.edited(self.answer(body, reply, next(self._ids))), reply
         err = reply.error_body or {}
         doc = self.error_doc(reply.status, str(err.get("message")), err.get("type"), err.get("code"))
         return reply.status, doc, reply
@@ -370,7 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(400, self.fake.error_doc(400, problem, "invalid_request_error"), body)
             return
         status, doc, reply = self.fake._reply(body)
-        self._answer(status, doc, body, reply.headers, reply.delay)
+        self._answer(status, doc, body, reply.headers, reply.delay, reply.body, reply.drip)
 
     def _authorized(self, body: Any) -> bool:
         if self.fake.api_key is None or self.fake.authorized({k.lower(): v for k, v in self.headers.items()}):
@@ -386,6 +433,8 @@ class _Handler(BaseHTTPRequestHandler):
         body: Any,
         headers: Iterable[tuple[str, str]] = (),
         delay: float = 0.0,
+        raw: bytes | None = None,
+        drip: float = 0.0,
     ) -> None:
         # Recorded on arrival, so a slow answer a client gave up on keeps its place.
         self.fake._record(
@@ -398,14 +447,26 @@ class _Handler(BaseHTTPRequestHandler):
             )
         )
         self.fake._wait(delay)
-        data = json.dumps(doc).encode()
+        data = json.dumps(doc).encode() if raw is None else raw
+        headers = list(headers)
         try:
             self.send_response(status)
-            self.send_header("content-type", "application/json")
+            if not any(name.lower() == "content-type" for name, _ in headers):
+                self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             for name, value in headers:
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            if drip > 0:
+                self._drip(data, drip)
+            else:
+                self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test): nothing to tell it
+
+    def _drip(self, data: bytes, seconds: float) -> None:
+        """Send `data` one byte every `seconds`: each read succeeds, the whole answer crawls."""
+        for i in range(len(data)):
+            self.wfile.write(data[i : i + 1])
+            if self.fake._stop.wait(seconds):
+                return  # the server stops: a dripping answer is cut short

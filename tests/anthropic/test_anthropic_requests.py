@@ -135,17 +135,6 @@ async def test_a_tool_use_whose_input_is_not_an_object_is_a_malformed_response(r
     assert isinstance(caught.value, TransientModelError)
 
 
-async def test_an_answer_without_content_is_a_malformed_response() -> None:
-    class Reply:
-        content = None
-        usage = None
-
-    from polyloop.anthropic import _model_output
-
-    with pytest.raises(MalformedResponseError, match="no content"):
-        _model_output(Reply())
-
-
 @pytest.mark.parametrize(
     ("failure", "words", "wait"),
     [
