@@ -43,7 +43,6 @@ def write_log(path: str, run_id: str, steps: int) -> None:
 
     usage = {"input_tokens": 1200, "output_tokens": 120}
     lines = [encode(RunStarted(run_id=run_id, goal="build every module", config={"max_steps": steps + 1}))]
-    key = idempotency_key(run_id, 1, TOOL_NAME, TOOL_ARGS)
     for step in range(1, steps + 2):
         m = result_id("model_call", step, 1)
         lines.append(encode(Intent(kind="model_call", step=step, attempt=1, result_id=m)))
@@ -58,7 +57,7 @@ def write_log(path: str, run_id: str, steps: int) -> None:
             encode(
                 Intent(
                     kind="action", step=step, attempt=1, result_id=a, tool=TOOL_NAME,
-                    args=TOOL_ARGS, replay="safe", idempotency_key=key,
+                    args=TOOL_ARGS, replay="safe", idempotency_key=idempotency_key(run_id, step, TOOL_NAME, TOOL_ARGS),
                 )
             )
         )

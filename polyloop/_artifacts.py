@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._artifact_walk import product_path
+from ._files import kind_of
 from ._errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
 from ._ids import check_product_name
 from ._records import Artifact
@@ -288,21 +289,10 @@ def read_product_file(folder: str, name: str, read: Callable[[str], bytes], *, r
 
 def _not_regular(path: str, mode: int, *, folder: bool, run_id: str) -> NotRegularProductError:
     instead = (
-        f"its folder is {_kind_of(mode)}, not a directory" if folder
-        else f"{_kind_of(mode)} is in its place, not the regular file written"
+        f"its folder is {kind_of(mode)}, not a directory" if folder
+        else f"{kind_of(mode)} is in its place, not the regular file written"
     )
     return NotRegularProductError(f"cannot read product {path}: {instead}", instead=instead, run_id=run_id)
-
-
-def _kind_of(mode: int) -> str:
-    # (the integrator unifies this with the stores' `kind_of`, which this module cannot import)
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
-    ):
-        if test(mode):
-            return kind
-    return "not a regular file"
 
 
 def _lacks(store: object) -> str:
