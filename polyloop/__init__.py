@@ -11,9 +11,9 @@ record one indivisible act.
 
 from ._agent import Agent, RunResult, default_directory
 from ._artifacts import ArtifactRef, Artifacts, ProductCheck
-from ._batch import BatchInterrupted, run_batch
-from ._batch_plan import BatchError
-from ._batch_report import BatchProgress, BatchReport, BatchRun
+from ._fleet.batch import BatchInterrupted, run_batch
+from ._fleet.plan import BatchError
+from ._fleet.report import BatchProgress, BatchReport, BatchRun
 from ._decide import answer, approve, deny
 from ._decision_walk import RequestView
 from ._classify import Execution, Recovery, StepView, check, classify

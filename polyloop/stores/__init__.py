@@ -17,7 +17,7 @@ from ._url import StoreKind, redact_url, store_kind
 if TYPE_CHECKING:
     from ._pg_lease import Lease, LeaseLostError
     from ._postgres import PostgresStore
-    from .._queue import Worker, WorkerEvent, submit
+    from .._fleet.queue import Worker, WorkerEvent, submit
 
 __all__ = [
     "JsonlStore",
@@ -40,9 +40,9 @@ _LAZY = {
     "Lease": "._pg_lease",
     "LeaseLostError": "._pg_lease",
     # The queue lives beside the run loop (it runs agents); it imports psycopg lazily too.
-    "Worker": ".._queue",
-    "WorkerEvent": ".._queue",
-    "submit": ".._queue",
+    "Worker": ".._fleet.queue",
+    "WorkerEvent": ".._fleet.queue",
+    "submit": ".._fleet.queue",
 }
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from polyloop import BatchError
-from polyloop._batch_plan import (
+from polyloop._fleet.plan import (
     Manifest,
     batch_lock,
     check_name,

@@ -32,11 +32,11 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .._batch_plan import MANIFEST_VERSION, BatchError, Manifest
+from .plan import MANIFEST_VERSION, BatchError, Manifest
 from .._errors import StoreError
-from ._pg_conn import Connections, first_line, session_options
-from ._pg_schema import ensure_schema
-from ._url import describe_url
+from ..stores._pg_conn import Connections, first_line, session_options
+from ..stores._pg_schema import ensure_schema
+from ..stores._url import describe_url
 
 HOLD_WAIT = 5.0  # seconds to wait for the hold of a killed invocation to be dropped by the server
 

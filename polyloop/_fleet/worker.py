@@ -1,6 +1,6 @@
 """A batch worker process: up to `concurrency` runs of one agent on its own event loop.
 
-Started by `run_batch` as `python -m polyloop._batch_worker FD PARENT_PID`,
+Started by `run_batch` as `python -m polyloop._fleet.worker FD PARENT_PID`,
 where FD is its end of a socket pair. It receives the settings, then `run`
 and `stop` messages; it sends `ready`, `steps` (completed steps, summed every
 few tenths of a second), `done` (one `BatchRun` per run, and whether its run id
@@ -27,10 +27,10 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ._agent import Agent, RunResult
-from ._batch_plan import fresh_run_advice
-from ._batch_report import BatchRun, Status
-from ._errors import (
+from .._agent import Agent, RunResult
+from .plan import fresh_run_advice
+from .report import BatchRun, Status
+from .._errors import (
     CheckpointError,
     CorruptLogError,
     CrashLoopError,
@@ -40,9 +40,9 @@ from ._errors import (
     RunMismatchError,
     RunNotFoundError,
 )
-from ._inspect import inspect_run
-from ._target import load_target
-from .stores import JsonlStore, store_kind
+from .._inspect import inspect_run
+from .._target import load_target
+from ..stores import JsonlStore, store_kind
 
 STEPS_EVERY = 0.2
 
@@ -82,7 +82,7 @@ def _open_store(settings: dict[str, Any]) -> Any:
     """
     where = settings["directory"]
     if store_kind(where) == "postgresql":
-        from .stores import PostgresStore
+        from ..stores import PostgresStore
 
         size = max(2, min(int(settings.get("concurrency") or 1) + 1, 10))
         return PostgresStore(where, lease=float(settings.get("lease") or 15.0), max_connections=size)

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .stores._url import redact_url
+from ..stores._url import redact_url
 
 Status = Literal[
     "finished", "needs_operator", "failed", "corrupt", "invalid", "changed", "active", "interrupted"

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._errors import NeedsOperatorError, PolyLoopError, RunActiveError, StoreError
-from ._ids import check_run_id, new_run_id
-from ._target import canonical_target, load_target
+from .._errors import NeedsOperatorError, PolyLoopError, RunActiveError, StoreError
+from .._ids import check_run_id, new_run_id
+from .._target import canonical_target, load_target
 
 if TYPE_CHECKING:
-    from .stores._pg_lease import Lease
-    from .stores._postgres import PostgresStore
+    from ..stores._pg_lease import Lease
+    from ..stores._postgres import PostgresStore
 
 _EXTRA_CANDIDATES = 4
 
@@ -264,14 +264,14 @@ class Worker:
             emit(WorkerEvent("released", lease.run_id, lease.epoch, "cancelled"))
             raise
         except StoreError as exc:  # LeaseLostError: the lease ended while the run was held
-            from .stores._pg_lease import LeaseLostError
+            from ..stores._pg_lease import LeaseLostError
 
             kind = "lost" if isinstance(exc, LeaseLostError) else "error"
             event = WorkerEvent(kind, lease.run_id, lease.epoch, str(exc))
         emit(event)
 
     async def _run_one(self, lease: Lease) -> WorkerEvent:
-        from .stores._pg_lease import Draining, LeaseLostError
+        from ..stores._pg_lease import Draining, LeaseLostError
 
         rid, epoch = lease.run_id, lease.epoch
         try:

@@ -22,8 +22,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from ._agent import default_directory
-from ._batch_plan import (
+from .._agent import default_directory
+from .plan import (
     BatchError,
     BatchLine,
     Manifest,
@@ -36,10 +36,10 @@ from ._batch_plan import (
     reconcile,
     save_manifest,
 )
-from ._batch_report import BatchProgress, BatchReport, BatchRun, count
-from ._errors import TargetError
-from ._target import load_target
-from .stores import _postgres_class, store_kind
+from .report import BatchProgress, BatchReport, BatchRun, count
+from .._errors import TargetError
+from .._target import load_target
+from ..stores import _postgres_class, store_kind
 
 DEFAULT_CONCURRENCY = 16
 # A run whose worker process died this many times in one invocation is reported
@@ -150,7 +150,7 @@ def run_batch(
     keeper: _DirectoryBatch | Any
     if on_database:
         _postgres_class()  # a clear StoreError when the postgres extra is missing
-        from .stores._pg_batch import DatabaseBatch
+        from .pg_batch import DatabaseBatch
 
         keeper = DatabaseBatch(spec, name)
         wait_active = max(wait_active, lease + 2.0)
@@ -253,7 +253,7 @@ class _Process:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         try:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "polyloop._batch_worker", str(theirs.fileno()), str(os.getpid())],
+                [sys.executable, "-m", "polyloop._fleet.worker", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else subprocess.DEVNULL,
