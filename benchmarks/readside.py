@@ -38,8 +38,8 @@ from ._common import (
 def write_log(path: str, run_id: str, steps: int) -> None:
     """A finished run of `steps` tool steps and a final answer, as the loop writes it."""
     from polyloop import Intent, ModelCallResult, RunFinished, RunStarted, StepCompleted
-    from polyloop._ids import idempotency_key, result_id
-    from polyloop._records import encode
+    from polyloop._log.ids import idempotency_key, result_id
+    from polyloop._log.records import encode
 
     usage = {"input_tokens": 1200, "output_tokens": 120}
     lines = [encode(RunStarted(run_id=run_id, goal="build every module", config={"max_steps": steps + 1}))]

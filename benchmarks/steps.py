@@ -68,7 +68,7 @@ def _jsonl_variants() -> dict[str, type]:
             await self._threaded(run_id, record, False)
 
         async def _threaded(self, run_id: str, record: Any, sync: bool) -> None:
-            from polyloop._records import encode
+            from polyloop._log.records import encode
 
             await asyncio.to_thread(self._whole_append, self._file(run_id), encode(record), run_id, sync)
 
@@ -111,7 +111,7 @@ class _Replay:
 
     def __init__(self, directory: str, steps: int, floor_at: set[int], floor_path: str) -> None:
         from polyloop import Intent, ModelCallResult, RunStarted, StepCompleted
-        from polyloop._records import encode
+        from polyloop._log.records import encode
 
         from ._common import OBSERVATION, THOUGHT, TOOL_ARGS, TOOL_NAME, floor_pair
 

@@ -17,7 +17,7 @@ from ._fleet.report import BatchProgress, BatchReport, BatchRun
 from ._decide import answer, approve, deny
 from ._decision_walk import RequestView
 from ._classify import Execution, Recovery, StepView, check, classify
-from ._errors import (
+from ._log.errors import (
     AlertError,
     ApprovalRequiredError,
     ArtifactError,
@@ -42,11 +42,11 @@ from ._errors import (
     TargetError,
     TransientModelError,
 )
-from ._ids import check_run_id, new_run_id
+from ._log.ids import check_run_id, new_run_id
 from ._inspect import RunReport, inspect_run, mark_resolved
 from ._ls import RunSummary, list_runs
-from ._model import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
-from ._records import (
+from ._log.model_port import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
+from ._log.records import (
     SCHEMA_VERSION,
     ActionResult,
     ApprovalRequest,
@@ -65,9 +65,9 @@ from ._records import (
     RunStarted,
     StepCompleted,
 )
-from ._records import decode as decode_record
-from ._records import encode as encode_record
-from ._store import ArtifactStore, LockingStore, Store
+from ._log.records import decode as decode_record
+from ._log.records import encode as encode_record
+from ._log.store_port import ArtifactStore, LockingStore, Store
 from ._target import load_target, resume_run, run_target
 from ._tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
 from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs

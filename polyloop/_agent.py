@@ -10,13 +10,13 @@ from typing import Any
 
 from ._artifacts import check_products
 from ._classify import max_steps_of
-from ._errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
-from ._ids import check_run_id, new_run_id
+from ._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
+from ._log.ids import check_run_id, new_run_id
 from ._loop import _Run, held, read_or_none, verdict, walk_off_loop
-from ._model import Model
-from ._records import FinishReason, RunStarted, encode
+from ._log.model_port import Model
+from ._log.records import FinishReason, RunStarted, encode
 from ._resume import Resume
-from ._store import Store
+from ._log.store_port import Store
 from ._tools import Tool
 from ._validity import checkpoint_config
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._ids import check_product_name
-from ._errors import InvalidInputError
-from ._records import Artifact, RunFinished, RunStarted
+from ._log.ids import check_product_name
+from ._log.errors import InvalidInputError
+from ._log.records import Artifact, RunFinished, RunStarted
 
 if TYPE_CHECKING:
     from ._classify import _Exec, _Step

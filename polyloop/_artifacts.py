@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._artifact_walk import product_path
 from ._files import kind_of
-from ._errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
-from ._ids import check_product_name
-from ._records import Artifact
-from ._store import ArtifactStore, Store
+from ._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
+from ._log.ids import check_product_name
+from ._log.records import Artifact
+from ._log.store_port import ArtifactStore, Store
 
 if TYPE_CHECKING:
     from ._classify import Walker

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._records import CheckpointAccepted, CrashLoopAccepted, Intent, Record, Resumed, RunFinished, RunStarted
+from ._log.records import CheckpointAccepted, CrashLoopAccepted, Intent, Record, Resumed, RunFinished, RunStarted
 
 if TYPE_CHECKING:
     from ._classify import _Step

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._records import Intent, ModelCallResult, StepCompleted
+from ._log.records import Intent, ModelCallResult, StepCompleted
 
 if TYPE_CHECKING:
     from ._classify import _Exec, _Step

@@ -25,11 +25,11 @@ from typing import Any
 from ._decision_walk import DecisionHandlers, RequestView, approvals_of, check_approval_config
 from ._budget_walk import BudgetHandlers
 from ._artifact_walk import ArtifactHandlers
-from ._errors import CorruptLogError, Problem
+from ._log.errors import CorruptLogError, Problem
 from ._calls_walk import CallHandlers, tool_calls_of
 from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
 from ._key_walk import KeyHandlers
-from ._ids import result_id as derive_result_id
+from ._log.ids import result_id as derive_result_id
 from ._recovery import (
     DEFAULT_MAX_ATTEMPTS,
     Execution,
@@ -41,7 +41,7 @@ from ._recovery import (
     max_attempts_of,
     max_steps_of,
 )
-from ._records import (
+from ._log.records import (
     ActionResult,
     ApprovalRequest,
     Decision,

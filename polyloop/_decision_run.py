@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import RunMismatchError
-from ._ids import idempotency_key
-from ._ids import result_id as derive_result_id
-from ._records import ApprovalRequest, args_digest
+from ._log.errors import RunMismatchError
+from ._log.ids import idempotency_key
+from ._log.ids import result_id as derive_result_id
+from ._log.records import ApprovalRequest, args_digest
 
 if TYPE_CHECKING:
     from ._loop import _Run

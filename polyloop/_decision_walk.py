@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._calls_walk import tool_calls_of
-from ._ids import result_id as derive_result_id
-from ._records import ApprovalRequest, Decision, Intent, args_digest
+from ._log.ids import result_id as derive_result_id
+from ._log.records import ApprovalRequest, Decision, Intent, args_digest
 
 if TYPE_CHECKING:
     from ._classify import _Step

@@ -14,12 +14,12 @@ import contextlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from ._errors import RunMismatchError
-from ._ids import result_id, rollback_key
-from ._model import _History
+from ._log.errors import RunMismatchError
+from ._log.ids import result_id, rollback_key
+from ._log.model_port import _History
 from ._plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
 from ._artifacts import Artifacts
-from ._records import ActionResult, GuardCheck, Intent, Resolution, representable
+from ._log.records import ActionResult, GuardCheck, Intent, Resolution, representable
 from ._tools import Reconciled, Tool, ToolContext, call_guard, observation_text
 
 if TYPE_CHECKING:

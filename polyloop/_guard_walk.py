@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._records import ActionResult, GuardCheck, Intent, Resolution
+from ._log.records import ActionResult, GuardCheck, Intent, Resolution
 
 if TYPE_CHECKING:
     from ._classify import _Exec, _Step

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from ._artifacts import ProductCheck
 from ._classify import Execution, Recovery, Walker
-from ._errors import CheckpointError, CorruptLogError, Problem, ResolutionError
-from ._ids import check_run_id
+from ._log.errors import CheckpointError, CorruptLogError, Problem, ResolutionError
+from ._log.ids import check_run_id
 from ._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
 from ._plan import (
     AlertStop,
@@ -24,9 +24,9 @@ from ._plan import (
     waits_for,
 )
 from ._outlook import outlook
-from ._records import CheckpointAccepted, Record, Resolution, representable
-from ._store import HoldingStore, ParsingStore, Store
-from ._who import REASON, said, settled_by
+from ._log.records import CheckpointAccepted, Record, Resolution, representable
+from ._log.store_port import HoldingStore, ParsingStore, Store
+from ._log.who import REASON, said, settled_by
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
 

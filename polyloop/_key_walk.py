@@ -2,7 +2,7 @@
 
 A mixin of `polyloop._classify.Walker`. A key is derived, never chosen: an
 action's from its run id, step, tool, arguments and, in a step of several
-tool calls, its call number (`polyloop._ids.idempotency_key`); an approved
+tool calls, its call number (`polyloop._log.ids.idempotency_key`); an approved
 call's action keeps its request's key, edited arguments or not; a rollback's
 is its action's key + `-rollback`. A tool hands its key to the far side to
 de-duplicate, so a forged one (malformed, changed between attempts, borrowed
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ._ids import idempotency_key, rollback_key
-from ._records import ApprovalRequest, Intent, RunStarted
+from ._log.ids import idempotency_key, rollback_key
+from ._log.records import ApprovalRequest, Intent, RunStarted
 
 if TYPE_CHECKING:
     from ._classify import _Exec

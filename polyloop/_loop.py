@@ -20,8 +20,8 @@ import orjson
 
 
 from ._classify import Recovery, Walker, _tool_call, walk
-from ._codec import ParsedLog
-from ._errors import (
+from ._log.codec import ParsedLog
+from ._log.errors import (
     MAX_RETRY_AFTER,
     AlertError,
     ApprovalRequiredError,
@@ -34,8 +34,8 @@ from ._errors import (
     StoreError,
     TransientModelError,
 )
-from ._ids import call_id, idempotency_key, result_id
-from ._model import ModelOutput, Usage, _History
+from ._log.ids import call_id, idempotency_key, result_id
+from ._log.model_port import ModelOutput, Usage, _History
 from ._plan import (
     AbortAction,
     AlertStop,
@@ -60,7 +60,7 @@ from ._plan import (
     plan,
 )
 from ._artifacts import Artifacts, check_products
-from ._records import (
+from ._log.records import (
     ActionResult,
     ApprovalRequest,
     CheckpointAccepted,
@@ -77,7 +77,7 @@ from ._records import (
     StepCompleted,
     representable,
 )
-from ._store import LockingStore, ProbingStore, Store
+from ._log.store_port import LockingStore, ProbingStore, Store
 from ._tools import Tool, ToolContext, call_guard, guard_verdict, observation_text
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from typing import Any
 
 from ._artifacts import ProductCheck, product_checks, product_refusal, refused_products
 from ._classify import Walker
-from ._errors import CheckpointError, PolyLoopError
+from ._log.errors import CheckpointError, PolyLoopError
 from ._plan import Next, describe
 from ._resume import compares_checkpoint
-from ._store import Store
+from ._log.store_port import Store
 from ._target import load_target
 from ._validity import differences, refusal
 

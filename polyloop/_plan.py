@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ._classify import Recovery, Walker, _tool_call, tool_calls_of
-from ._ids import result_id as derive_result_id
+from ._log.ids import result_id as derive_result_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from types import ModuleType
 from typing import Any
 
 from ._answer import MAX_ANSWER_BYTES, MalformedResponseError, decode_answer
-from ._errors import TransientModelError
-from ._model import Message
+from ._log.errors import TransientModelError
+from ._log.model_port import Message
 
 
 class _BrokenAnswer(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._records import (
+from ._log.records import (
     ActionResult,
     GuardCheck,
     Intent,

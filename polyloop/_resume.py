@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._artifacts import bad_products
-from ._errors import CrashLoopError, InvalidInputError
+from ._log.errors import CrashLoopError, InvalidInputError
 from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
-from ._records import CheckpointAccepted, CrashLoopAccepted, Resumed
+from ._log.records import CheckpointAccepted, CrashLoopAccepted, Resumed
 from ._validity import differences, refusal
-from ._who import BY, REASON, said, settled_by
+from ._log.who import BY, REASON, said, settled_by
 
 if TYPE_CHECKING:
     from ._loop import _Run

@@ -13,13 +13,13 @@ from typing import Any
 
 from ._agent import Agent, RunResult
 from ._artifacts import check_products
-from ._errors import NeedsOperatorError, PolyLoopError, TargetError
+from ._log.errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._files import NotRegularFileError, check_regular, read_regular
-from ._ids import check_run_id
+from ._log.ids import check_run_id
 from ._loop import _Run, held, verdict, walk_off_loop
 from ._plan import Finished, NeedsOperator, plan
 from ._resume import Resume
-from ._store import Store
+from ._log.store_port import Store
 
 
 def _split(target: str) -> tuple[str, str]:

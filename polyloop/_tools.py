@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, overload
 import orjson
 
 from ._artifacts import NO_ARTIFACTS, Artifacts
-from ._records import representable
+from ._log.records import representable
 
 if TYPE_CHECKING:
     import pydantic

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._answer import Fields, MalformedResponseError, bad_arguments
-from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
+from ._log.model_port import Message, ModelOutput, ToolCall, Usage, message_tool_calls
 from ._provider import HostedModel, import_extra
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicModel", "MalformedResponseError"]

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._answer import Fields, MalformedResponseError
-from ._model import Message, ModelOutput, ToolCall, Usage, message_tool_calls
+from ._log.model_port import Message, ModelOutput, ToolCall, Usage, message_tool_calls
 from ._provider import HostedModel, import_extra
 
 _openai = import_extra("openai")

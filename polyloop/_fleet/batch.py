@@ -37,7 +37,7 @@ from .plan import (
     save_manifest,
 )
 from .report import BatchProgress, BatchReport, BatchRun, count
-from .._errors import TargetError
+from .._log.errors import TargetError
 from .._target import load_target
 from ..stores import _postgres_class, store_kind
 

@@ -33,7 +33,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from .plan import MANIFEST_VERSION, BatchError, Manifest
-from .._errors import StoreError
+from .._log.errors import StoreError
 from ..stores._pg_conn import Connections, first_line, session_options
 from ..stores._pg_schema import ensure_schema
 from ..stores._url import describe_url

@@ -38,9 +38,9 @@ from typing import Any
 import orjson
 
 from .._agent import Agent
-from .._errors import InvalidRunIdError, PolyLoopError
+from .._log.errors import InvalidRunIdError, PolyLoopError
 from .._files import NotRegularFileError, read_regular
-from .._ids import check_run_id
+from .._log.ids import check_run_id
 
 MANIFEST_VERSION = 1
 MAX_NAME_LENGTH = 150  # leaves room for `-LLLLL` within the 200 characters of a run id

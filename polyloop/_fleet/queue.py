@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import NeedsOperatorError, PolyLoopError, RunActiveError, StoreError
-from .._ids import check_run_id, new_run_id
+from .._log.errors import NeedsOperatorError, PolyLoopError, RunActiveError, StoreError
+from .._log.ids import check_run_id, new_run_id
 from .._target import canonical_target, load_target
 
 if TYPE_CHECKING:

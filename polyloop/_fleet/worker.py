@@ -30,7 +30,7 @@ from typing import Any
 from .._agent import Agent, RunResult
 from .plan import fresh_run_advice
 from .report import BatchRun, Status
-from .._errors import (
+from .._log.errors import (
     CheckpointError,
     CorruptLogError,
     CrashLoopError,

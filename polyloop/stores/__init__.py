@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._store import Store
-from .._codec import ParsedLog, parse_log
+from .._log.store_port import Store
+from .._log.codec import ParsedLog, parse_log
 from ._jsonl import JsonlStore
 from ._url import StoreKind, redact_url, store_kind
 
@@ -73,7 +73,7 @@ def _postgres_class() -> Any:
     try:
         from ._postgres import PostgresStore
     except ImportError as exc:
-        from .._errors import StoreError
+        from .._log.errors import StoreError
 
         raise StoreError(
             f"a PostgreSQL store needs psycopg: pip install 'polyloop[postgres]' ({exc})"

@@ -15,7 +15,7 @@ import errno
 import os
 import stat
 
-from .._errors import Problem
+from .._log.errors import Problem
 from .._files import NotRegularFileError, kind_of, read_regular
 
 # A log is read whole; this bounds what one read may take, so a file that

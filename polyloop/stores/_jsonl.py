@@ -39,15 +39,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._artifacts import read_product_file
-from .._codec import ParsedLog, parse_log
-from .._errors import (
+from .._log.codec import ParsedLog, parse_log
+from .._log.errors import (
     InvalidRunIdError,
     RunExistsError,
     RunNotFoundError,
     StoreError,
 )
-from .._ids import check_product_name, check_run_id
-from .._records import (
+from .._log.ids import check_product_name, check_run_id
+from .._log.records import (
     Artifact,
     Intent,
     ModelCallResult,

@@ -16,7 +16,7 @@ import re
 import socket
 import stat
 
-from .._errors import RunActiveError, StoreError
+from .._log.errors import RunActiveError, StoreError
 from .._files import open_regular
 from ._disk import Disk, kind_of, why
 

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .._errors import StoreError
+from .._log.errors import StoreError
 from ._url import describe_url, hide_secrets
 
 

@@ -23,8 +23,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from .._errors import PolyLoopError, RunActiveError, StoreError
-from .._records import Intent, Record
+from .._log.errors import PolyLoopError, RunActiveError, StoreError
+from .._log.records import Intent, Record
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore

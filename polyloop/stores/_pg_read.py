@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from .._errors import Problem
+from .._log.errors import Problem
 
 RULE = 35
 

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from .._errors import StoreError
+from .._log.errors import StoreError
 from ._pg_conn import first_line
 
 SCHEMA_VERSION = 2

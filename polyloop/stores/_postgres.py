@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .._errors import CorruptLogError, Problem, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
-from .._ids import check_run_id
-from .._records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
-from .._codec import ParsedLog, parse_log
+from .._log.errors import CorruptLogError, Problem, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
+from .._log.ids import check_run_id
+from .._log.records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
+from .._log.codec import ParsedLog, parse_log
 from ._pg_append import append
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name

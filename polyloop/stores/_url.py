@@ -29,7 +29,7 @@ import re
 from typing import Literal
 from urllib.parse import unquote
 
-from .._errors import StoreUrlError
+from .._log.errors import StoreUrlError
 
 StoreKind = Literal["directory", "postgresql"]
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from .._artifacts import NotRegularProductError, ProductCheck, judge, read_product_file, refused_products
 from .._classify import Walker, walk
-from .._codec import ParsedLog, parse_log
-from .._errors import Problem
+from .._log.codec import ParsedLog, parse_log
+from .._log.errors import Problem
 from ._disk import Disk, not_regular_problem
 
 FileStatus = Literal["ok", "torn_tail", "corrupt", "bad_product"]

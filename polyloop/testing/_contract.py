@@ -18,11 +18,11 @@ from typing import Any
 
 from .._agent import Agent
 from .._classify import classify
-from .._errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
-from .._ids import idempotency_key, rollback_key
+from .._log.errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
+from .._log.ids import idempotency_key, rollback_key
 from .._inspect import mark_resolved
-from .._model import ScriptedModel
-from .._records import (
+from .._log.model_port import ScriptedModel
+from .._log.records import (
     ActionResult,
     Artifact,
     GuardCheck,
@@ -36,8 +36,8 @@ from .._records import (
     RunStarted,
     StepCompleted,
 )
-from .._records import args_digest
-from .._store import ArtifactStore, LockingStore, Store
+from .._log.records import args_digest
+from .._log.store_port import ArtifactStore, LockingStore, Store
 from .._tools import ToolContext, tool
 
 StoreFactory = Callable[[], Any]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from .._errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
-from .._ids import check_product_name, check_run_id
-from .._records import (
+from .._log.errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
+from .._log.ids import check_product_name, check_run_id
+from .._log.records import (
     ActionResult,
     ApprovalRequest,
     Decision,
@@ -25,7 +25,7 @@ from .._records import (
     StepCompleted,
     encode,
 )
-from .._codec import parse_log
+from .._log.codec import parse_log
 
 
 class MemoryStore:

@@ -10,8 +10,8 @@ from typing import Any
 
 from .._agent import Agent
 from .._classify import classify
-from .._model import ScriptedModel
-from .._records import Record
+from .._log.model_port import ScriptedModel
+from .._log.records import Record
 from .._recovery import Execution
 from .._tools import Tool
 from ._memory import MemoryStore
@@ -86,7 +86,7 @@ async def rehearse_rollback(
     try:
         await agent.run("rehearse the rollback", run_id=run_id, store=store)
     except Exception as exc:  # NeedsOperatorError and its AlertError: the rehearsal's finding
-        from .._errors import NeedsOperatorError
+        from .._log.errors import NeedsOperatorError
 
         if not isinstance(exc, NeedsOperatorError):
             raise

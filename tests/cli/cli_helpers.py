@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "agents.py"

@@ -22,7 +22,7 @@ from polyloop import (
     StepCompleted,
     tool,
 )
-from polyloop._store import BatchingStore
+from polyloop._log.store_port import BatchingStore
 from polyloop.testing._contract import _make
 
 

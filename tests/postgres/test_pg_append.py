@@ -137,7 +137,7 @@ async def test_a_held_run_without_a_log_takes_nothing_before_its_run_started(sto
 
 
 async def test_a_workers_view_of_its_lease_batches_too(store, pg_conn):
-    from polyloop._store import BatchingStore
+    from polyloop._log.store_port import BatchingStore
 
     run_id = fresh("view")
     lease = await store.claim(run_id)

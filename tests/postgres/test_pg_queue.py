@@ -99,7 +99,7 @@ async def _started(store, run_id):
 async def _die_inside_charge(store, run_id):
     """Write, under a lease, what a worker writes up to the `charge` of step 2, then stop."""
     from polyloop import ModelCallResult, StepCompleted
-    from polyloop._ids import idempotency_key
+    from polyloop._log.ids import idempotency_key
 
     async with store.lock(run_id):
         for step, tool in ((1, "look"), (2, "charge")):

@@ -27,8 +27,8 @@ from polyloop import (
     RunStarted,
     StepCompleted,
 )
-from polyloop._ids import idempotency_key
-from polyloop._records import encode
+from polyloop._log.ids import idempotency_key
+from polyloop._log.records import encode
 
 TOOLS = {"read": "safe", "grep": "safe", "write": "never", "send": "never"}
 
@@ -382,14 +382,14 @@ def _decodes(data: bytes) -> bool:
 
 
 def _optional(tag: str) -> set[str]:
-    from polyloop._records import _BY_TAG, _OPTIONAL
+    from polyloop._log.records import _BY_TAG, _OPTIONAL
 
     cls = _BY_TAG.get(tag)
     return set(_OPTIONAL.get(cls, ())) if cls else set()
 
 
 def _decodes_as_record(obj: dict) -> bool:
-    from polyloop._records import RecordError, decode
+    from polyloop._log.records import RecordError, decode
 
     try:
         decode(obj)

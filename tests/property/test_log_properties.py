@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import logkit
 from polyloop import CorruptLogError, Recovery, check, classify, verify_file
-from polyloop._records import RecordError, decode, encode
+from polyloop._log.records import RecordError, decode, encode
 from polyloop.stores._jsonl import parse_log
 
 EXAMPLES = int(os.environ.get("POLYLOOP_HYPOTHESIS_EXAMPLES") or 150)

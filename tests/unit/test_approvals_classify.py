@@ -16,9 +16,9 @@ from polyloop import (
     check,
     classify,
 )
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 from polyloop._plan import AwaitDecision, Decided, RunAction, describe, plan
-from polyloop._records import args_digest
+from polyloop._log.records import args_digest
 
 ARGS = {"amount": 500}
 EDITED = {"amount": 400}

@@ -21,7 +21,7 @@ from polyloop import (
     inspect_run,
     tool,
 )
-from polyloop._records import args_digest
+from polyloop._log.records import args_digest
 from polyloop.testing import MemoryStore
 
 RAN: list[dict] = []

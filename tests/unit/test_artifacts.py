@@ -21,7 +21,7 @@ from polyloop import (
     inspect_run,
     tool,
 )
-from polyloop._records import Artifact
+from polyloop._log.records import Artifact
 from polyloop._tools import observation_text
 from polyloop.testing import MemoryStore
 
@@ -340,7 +340,7 @@ def test_an_acceptance_covers_exactly_the_state_it_saw():
     from types import SimpleNamespace
 
     from polyloop._artifacts import judge, refused_products
-    from polyloop._records import CheckpointAccepted
+    from polyloop._log.records import CheckpointAccepted
 
     ref = Artifact(result_id="s1-a1", name="x", path="r.artifacts/x", size=1, sha256=sha(b"x"))
     gone, fifo = judge(ref, None), judge(ref, None, instead="a FIFO is in its place, not the regular file written")

@@ -7,8 +7,8 @@ import pytest
 
 from polyloop import RecordError, decode_record
 from polyloop._classify import walk
-from polyloop._ids import idempotency_key
-from polyloop._records import (
+from polyloop._log.ids import idempotency_key
+from polyloop._log.records import (
     Artifact,
     GuardCheck,
     Intent,

@@ -18,7 +18,7 @@ from polyloop import (
     check,
     classify,
 )
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 from polyloop._plan import CallModel, CrashLoopStop, FinishToolFailures, describe, plan
 from polyloop._classify import walk
 

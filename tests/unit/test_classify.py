@@ -15,7 +15,7 @@ from polyloop import (
     check,
     classify,
 )
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 
 
 def S(run_id="r", max_steps=5):

@@ -16,7 +16,7 @@ from polyloop import (
     check,
     classify,
 )
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 from polyloop._plan import (
     AbortAction,
     AlertStop,

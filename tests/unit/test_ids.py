@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from polyloop import InvalidRunIdError, check_run_id, new_run_id
-from polyloop._ids import idempotency_key, result_id
+from polyloop._log.ids import idempotency_key, result_id
 
 
 @pytest.mark.parametrize(

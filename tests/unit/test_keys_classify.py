@@ -19,8 +19,8 @@ from polyloop import (
     check,
     classify,
 )
-from polyloop._ids import idempotency_key, rollback_key
-from polyloop._records import args_digest
+from polyloop._log.ids import idempotency_key, rollback_key
+from polyloop._log.records import args_digest
 
 RUN = "r"
 ARGS = {"x": 1}

@@ -23,7 +23,7 @@ from polyloop import (
     inspect_run,
     list_runs,
 )
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 
 T0 = "2026-12-01T08:00:00.000000Z"
 

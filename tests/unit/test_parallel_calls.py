@@ -182,7 +182,7 @@ def _crashed_log(store: MemoryStore, results: dict[int, str]) -> None:
              {"record": "intent", "kind": "model_call", "step": 1, "attempt": 1, "result_id": "s1-m1",
               "at": "t"},
              {"record": "model_call_result", "result_id": "s1-m1", "output": out, "at": "t"}]
-    from polyloop._ids import idempotency_key
+    from polyloop._log.ids import idempotency_key
 
     for k, c in enumerate(THREE["calls"], start=1):
         lines.append({"record": "intent", "kind": "action", "step": 1, "attempt": 1, "result_id": f"s1-c{k}-a1",

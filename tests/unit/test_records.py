@@ -16,7 +16,7 @@ from polyloop import (
     RunStarted,
     StepCompleted,
 )
-from polyloop._records import RECORD_TYPES, RecordError, UnknownSchemaError, decode, encode
+from polyloop._log.records import RECORD_TYPES, RecordError, UnknownSchemaError, decode, encode
 
 SAMPLES = [
     RunStarted(run_id="r", goal="g", target="m:a", config={"max_steps": 3}),
@@ -124,7 +124,7 @@ def test_model_call_result_has_exactly_one_of_output_and_error():
 def test_pausing_the_collector_nests_and_restores_its_state():
     import gc
 
-    from polyloop._records import paused_gc
+    from polyloop._log.records import paused_gc
 
     assert gc.isenabled()
     with paused_gc():

@@ -29,9 +29,9 @@ from polyloop import (
     inspect_run,
     tool,
 )
-from polyloop._ids import idempotency_key
+from polyloop._log.ids import idempotency_key
 from polyloop._plan import AwaitDecision, StepCalls, plan
-from polyloop._records import ActionResult, Intent
+from polyloop._log.records import ActionResult, Intent
 from polyloop.testing import MemoryStore
 
 ran: list[str] = []

@@ -9,7 +9,7 @@ import time
 
 import orjson
 
-from ._errors import InvalidInputError, InvalidRunIdError
+from .errors import InvalidInputError, InvalidRunIdError
 
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
 MAX_RUN_ID_LENGTH = 200

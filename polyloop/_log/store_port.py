@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ._records import (
+from .records import (
     ActionResult,
     ApprovalRequest,
     Decision,
@@ -196,7 +196,7 @@ class HoldingStore(Protocol):
 class ParsingStore(Protocol):
     """A store that can hand back a log with its line numbers and torn tail (optional).
 
-    `read_parsed(run_id)` returns a `polyloop._codec.ParsedLog` without
+    `read_parsed(run_id)` returns a `polyloop._log.codec.ParsedLog` without
     judging it, so `inspect` and `verify` can point at lines.
     """
 

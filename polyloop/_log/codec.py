@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ._errors import CorruptLogError, Problem, SchemaVersionError
-from ._records import Record, RecordError, UnknownSchemaError, decode, paused_gc
+from .errors import CorruptLogError, Problem, SchemaVersionError
+from .records import Record, RecordError, UnknownSchemaError, decode, paused_gc
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._model import Usage
+    from .model_port import Usage
 
 
 class PolyLoopError(Exception):

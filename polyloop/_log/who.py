@@ -12,7 +12,7 @@ import getpass
 import socket
 import unicodedata
 
-from ._errors import InvalidInputError
+from .errors import InvalidInputError
 
 REASON = "the reason (--reason)"
 BY = "who decides (--by)"

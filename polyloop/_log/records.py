@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal, Union, get_args
 
 import orjson
 
-from ._errors import RecordError, SchemaVersionError
+from .errors import RecordError, SchemaVersionError
 
 SCHEMA_VERSION = "1.2"
 """`major.minor` of the log format this library writes."""
@@ -348,7 +348,7 @@ NEW_IN_1_2: tuple[type, ...] = (
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 
-# One error tree (polyloop._errors): an unknown major version is the same
+# One error tree (polyloop._log.errors): an unknown major version is the same
 # `SchemaVersionError` whichever reader meets it.
 UnknownSchemaError = SchemaVersionError
 

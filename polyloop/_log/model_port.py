@@ -10,7 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from ._files import read_regular
+from .._files import read_regular
 
 Message = dict[str, Any]
 """One history entry. Shapes:
