@@ -14,7 +14,7 @@ from ._artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
-from ._decide import answer, approve, deny
+from ._operate.decide import answer, approve, deny
 from ._decision_walk import RequestView
 from ._classify import Execution, Recovery, StepView, check, classify
 from ._log.errors import (
@@ -43,8 +43,8 @@ from ._log.errors import (
     TransientModelError,
 )
 from ._log.ids import check_run_id, new_run_id
-from ._inspect import RunReport, inspect_run, mark_resolved
-from ._ls import RunSummary, list_runs
+from ._operate.inspect import RunReport, inspect_run, mark_resolved
+from ._operate.ls import RunSummary, list_runs
 from ._log.model_port import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._log.records import (
     SCHEMA_VERSION,
@@ -70,7 +70,7 @@ from ._log.records import encode as encode_record
 from ._log.store_port import ArtifactStore, LockingStore, Store
 from ._target import load_target, resume_run, run_target
 from ._tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
-from .stores._verify import FileVerdict, VerifyReport, verify_file, verify_logs
+from ._operate.verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@
 When the recorded configuration says the tool's calls wait for a person
 (and its predicate holds), the run writes a durable `approval_request` and
 stops with `ApprovalRequiredError`: nothing of the call has run. The
-decision comes later from `polyloop._decide` (approve, deny, answer); the
+decision comes later from `polyloop._operate.decide` (approve, deny, answer); the
 planner then runs the approved call or completes the step with the
 denial or the answer (docs/how-to/require-approval.md).
 """

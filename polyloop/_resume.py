@@ -80,7 +80,7 @@ class Resume:
 def compares_checkpoint(nxt: Next) -> bool:
     """Whether resume compares the checkpoint before `nxt` (not for a finished run or a stop for a person).
 
-    The one rule `Resume.open` follows and `polyloop._outlook` reports: a
+    The one rule `Resume.open` follows and `polyloop._operate.outlook` reports: a
     stop runs nothing, so it is reported as the stop (exit code 3) even when
     the checkpoint changed; the comparison refuses once it is settled.
     """

@@ -40,7 +40,7 @@ from .._log.errors import (
     RunMismatchError,
     RunNotFoundError,
 )
-from .._inspect import inspect_run
+from .._operate.inspect import inspect_run
 from .._target import load_target
 from ..stores import JsonlStore, store_kind
 

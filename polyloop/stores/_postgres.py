@@ -33,7 +33,7 @@ from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 
 if TYPE_CHECKING:
-    from ._verify import VerifyReport
+    from .._operate.verify import VerifyReport
 
 _CLAIM = """
 INSERT INTO polyloop_runs AS r (run_id, epoch, holder, lease_until)
@@ -508,7 +508,7 @@ class PostgresStore:
         Raises:
             StoreError: the database cannot be reached or failed.
         """
-        from ._verify import FileVerdict, VerifyReport, corrupt_verdict, located_problems
+        from .._operate.verify import FileVerdict, VerifyReport, corrupt_verdict, located_problems
 
         run_ids = await self.list_runs()
         verdicts = []

@@ -19,17 +19,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
-from ._artifacts import read_product_file
-from ._log.codec import ParsedLog, parse_log
-from ._log.errors import InvalidRunIdError, RunNotFoundError, StoreError
-from ._files import NotRegularFileError, read_regular
-from ._log.ids import check_run_id
-from ._inspect import RunStatus, inspect_run
-from ._log.records import Artifact
-from ._log.store_port import Store
-from .stores._disk import Disk
-from .stores._verify import _ignore_sigint
-from .stores import JsonlStore, open_store, store_kind
+from .._artifacts import read_product_file
+from .._log.codec import ParsedLog, parse_log
+from .._log.errors import InvalidRunIdError, RunNotFoundError, StoreError
+from .._files import NotRegularFileError, read_regular
+from .._log.ids import check_run_id
+from .inspect import RunStatus, inspect_run
+from .._log.records import Artifact
+from .._log.store_port import Store
+from ..stores._disk import Disk
+from .verify import _ignore_sigint
+from ..stores import JsonlStore, open_store, store_kind
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"

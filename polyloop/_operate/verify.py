@@ -14,7 +14,7 @@ from .._artifacts import NotRegularProductError, ProductCheck, judge, read_produ
 from .._classify import Walker, walk
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import Problem
-from ._disk import Disk, not_regular_problem
+from ..stores._disk import Disk, not_regular_problem
 
 FileStatus = Literal["ok", "torn_tail", "corrupt", "bad_product"]
 

@@ -6,12 +6,12 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._artifacts import ProductCheck
-from ._classify import Execution, Recovery, Walker
-from ._log.errors import CheckpointError, CorruptLogError, Problem, ResolutionError
-from ._log.ids import check_run_id
-from ._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
-from ._plan import (
+from .._artifacts import ProductCheck
+from .._classify import Execution, Recovery, Walker
+from .._log.errors import CheckpointError, CorruptLogError, Problem, ResolutionError
+from .._log.ids import check_run_id
+from .._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
+from .._plan import (
     AlertStop,
     AwaitDecision,
     CallModel,
@@ -23,10 +23,10 @@ from ._plan import (
     plan,
     waits_for,
 )
-from ._outlook import outlook
-from ._log.records import CheckpointAccepted, Record, Resolution, representable
-from ._log.store_port import HoldingStore, ParsingStore, Store
-from ._log.who import REASON, said, settled_by
+from .outlook import outlook
+from .._log.records import CheckpointAccepted, Record, Resolution, representable
+from .._log.store_port import HoldingStore, ParsingStore, Store
+from .._log.who import REASON, said, settled_by
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
 
