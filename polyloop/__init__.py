@@ -15,8 +15,8 @@ from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
 from ._operate.decide import answer, approve, deny
-from ._decision_walk import RequestView
-from ._classify import Execution, Recovery, StepView, check, classify
+from ._recovery.on_decisions import RequestView
+from ._recovery.walker import Execution, Recovery, StepView, check, classify
 from ._log.errors import (
     AlertError,
     ApprovalRequiredError,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._artifacts import check_products
-from ._classify import max_steps_of
+from ._recovery.walker import max_steps_of
 from ._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from ._log.ids import check_run_id, new_run_id
 from ._loop import _Run, held, read_or_none, verdict, walk_off_loop

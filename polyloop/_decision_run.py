@@ -20,7 +20,7 @@ from ._log.records import ApprovalRequest, args_digest
 
 if TYPE_CHECKING:
     from ._loop import _Run
-    from ._plan import RunAction
+    from ._recovery.plan import RunAction
     from ._tools import Tool
 
 

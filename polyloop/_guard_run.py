@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ._log.errors import RunMismatchError
 from ._log.ids import result_id, rollback_key
 from ._log.model_port import _History
-from ._plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
+from ._recovery.plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
 from ._artifacts import Artifacts
 from ._log.records import ActionResult, GuardCheck, Intent, Resolution, representable
 from ._tools import Reconciled, Tool, ToolContext, call_guard, observation_text

@@ -2,7 +2,7 @@
 
 Two separate pieces. `rebuild_history` turns what the log recorded into the
 history the model is given (pure). `_Run` executes live work: it asks the
-planner (`polyloop._plan.plan`) what comes next, does it intent first, and
+planner (`polyloop._recovery.plan.plan`) what comes next, does it intent first, and
 feeds every record it writes into the same `Walker` the reader uses, so the
 next decision is made from exactly what the log now says.
 """
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 
-from ._classify import Recovery, Walker, _tool_call, walk
+from ._recovery.walker import Recovery, Walker, _tool_call, walk
 from ._log.codec import ParsedLog
 from ._log.errors import (
     MAX_RETRY_AFTER,
@@ -36,7 +36,7 @@ from ._log.errors import (
 )
 from ._log.ids import call_id, idempotency_key, result_id
 from ._log.model_port import ModelOutput, Usage, _History
-from ._plan import (
+from ._recovery.plan import (
     AbortAction,
     AlertStop,
     AwaitDecision,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._artifacts import bad_products
 from ._log.errors import CrashLoopError, InvalidInputError
-from ._plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
+from ._recovery.plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
 from ._log.records import CheckpointAccepted, CrashLoopAccepted, Resumed
 from ._validity import differences, refusal
 from ._log.who import BY, REASON, said, settled_by

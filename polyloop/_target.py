@@ -17,7 +17,7 @@ from ._log.errors import NeedsOperatorError, PolyLoopError, TargetError
 from ._files import NotRegularFileError, check_regular, read_regular
 from ._log.ids import check_run_id
 from ._loop import _Run, held, verdict, walk_off_loop
-from ._plan import Finished, NeedsOperator, plan
+from ._recovery.plan import Finished, NeedsOperator, plan
 from ._resume import Resume
 from ._log.store_port import Store
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from .._classify import Recovery, Walker
+from .._recovery.walker import Recovery, Walker
 from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
 from .._loop import held, verdict, walk_off_loop, write_settlement

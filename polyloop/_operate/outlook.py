@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._artifacts import ProductCheck, product_checks, product_refusal, refused_products
-from .._classify import Walker
+from .._recovery.walker import Walker
 from .._log.errors import CheckpointError, PolyLoopError
-from .._plan import Next, describe
+from .._recovery.plan import Next, describe
 from .._resume import compares_checkpoint
 from .._log.store_port import Store
 from .._target import load_target

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._artifacts import NotRegularProductError, ProductCheck, judge, read_product_file, refused_products
-from .._classify import Walker, walk
+from .._recovery.walker import Walker, walk
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import Problem
 from ..stores._disk import Disk, not_regular_problem

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._agent import Agent
-from .._classify import classify
+from .._recovery.walker import classify
 from .._log.errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._log.ids import idempotency_key, rollback_key
 from .._operate.inspect import mark_resolved

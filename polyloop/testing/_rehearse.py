@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._agent import Agent
-from .._classify import classify
+from .._recovery.walker import classify
 from .._log.model_port import ScriptedModel
 from .._log.records import Record
-from .._recovery import Execution
+from .._recovery.verdict import Execution
 from .._tools import Tool
 from ._memory import MemoryStore
 

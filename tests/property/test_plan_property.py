@@ -21,7 +21,7 @@ from polyloop import (
     inspect_run,
     tool,
 )
-from polyloop._plan import (
+from polyloop._recovery.plan import (
     CallModel,
     CompleteFinal,
     Finished,
@@ -136,7 +136,7 @@ async def test_inspect_names_what_resume_then_does(records, reliability):
 
 def _seen(walker, run_id):
     """What a run loop reads of its walker after a record: the plan, and the open step's state."""
-    from polyloop._plan import describe
+    from polyloop._recovery.plan import describe
 
     nxt = plan(walker)
     st = walker.open_step
@@ -151,7 +151,7 @@ def _seen(walker, run_id):
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(records=logkit.logs())
 def test_a_walker_that_forgets_done_steps_plans_as_one_that_keeps_them(records):
-    from polyloop._classify import Walker
+    from polyloop._recovery.walker import Walker
 
     run_id = records[0].run_id
     whole, live = Walker(run_id), Walker(run_id)

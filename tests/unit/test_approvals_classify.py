@@ -17,7 +17,7 @@ from polyloop import (
     classify,
 )
 from polyloop._log.ids import idempotency_key
-from polyloop._plan import AwaitDecision, Decided, RunAction, describe, plan
+from polyloop._recovery.plan import AwaitDecision, Decided, RunAction, describe, plan
 from polyloop._log.records import args_digest
 
 ARGS = {"amount": 500}

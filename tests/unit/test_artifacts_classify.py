@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from polyloop import RecordError, decode_record
-from polyloop._classify import walk
+from polyloop._recovery.walker import walk
 from polyloop._log.ids import idempotency_key
 from polyloop._log.records import (
     Artifact,

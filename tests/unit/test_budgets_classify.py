@@ -19,8 +19,8 @@ from polyloop import (
     classify,
 )
 from polyloop._log.ids import idempotency_key
-from polyloop._plan import CallModel, CrashLoopStop, FinishToolFailures, describe, plan
-from polyloop._classify import walk
+from polyloop._recovery.plan import CallModel, CrashLoopStop, FinishToolFailures, describe, plan
+from polyloop._recovery.walker import walk
 
 DIFF = {"what": "input", "name": "contract", "recorded": "a" * 64, "now": "b" * 64}
 

@@ -17,7 +17,7 @@ from polyloop import (
     classify,
 )
 from polyloop._log.ids import idempotency_key
-from polyloop._plan import (
+from polyloop._recovery.plan import (
     AbortAction,
     AlertStop,
     CallModel,

@@ -117,7 +117,7 @@ def test_the_history_keeps_the_providers_shape_live_and_after_a_resume() -> None
     assert results[1]["content"] == "wrote 2 bytes to b"
 
     # The history rebuilt from the log is the same one.
-    from polyloop._classify import walk
+    from polyloop._recovery.walker import walk
     from polyloop._loop import rebuild_history
 
     rebuilt = list(rebuild_history(walk(asyncio.run(store.read_log("r")))).view())

@@ -30,7 +30,7 @@ from polyloop import (
     tool,
 )
 from polyloop._log.ids import idempotency_key
-from polyloop._plan import AwaitDecision, StepCalls, plan
+from polyloop._recovery.plan import AwaitDecision, StepCalls, plan
 from polyloop._log.records import ActionResult, Intent
 from polyloop.testing import MemoryStore
 

@@ -1,6 +1,6 @@
 """The walker's handlers for guarded actions (log format 1.1, docs/how-to/guard-a-side-effect.md).
 
-A mixin of `polyloop._classify.Walker`: one handler per guard record
+A mixin of `polyloop._recovery.walker.Walker`: one handler per guard record
 (`guard_check`, `action_result`, a `rollback` intent, a reconcile
 `resolution`), each checking the numbered rules 15-20 of
 docs/reference/log-format.md. The state these records give an execution
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._log.records import ActionResult, GuardCheck, Intent, Resolution
+from .._log.records import ActionResult, GuardCheck, Intent, Resolution
 
 if TYPE_CHECKING:
-    from ._classify import _Exec, _Step
+    from .walker import _Exec, _Step
 
 NO_GUARDS: dict[str, Any] = {}
 

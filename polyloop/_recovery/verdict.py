@@ -1,6 +1,6 @@
 """The verdict on a log: its executions, steps and status, as frozen values.
 
-`polyloop._classify` builds these; everything that reads a log (inspect,
+`polyloop._recovery.walker` builds these; everything that reads a log (inspect,
 resume, the CLI) reads them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._log.records import (
+from .._log.records import (
     ActionResult,
     GuardCheck,
     Intent,
@@ -21,7 +21,7 @@ from ._log.records import (
 )
 
 if TYPE_CHECKING:
-    from ._budget_walk import Budgets
+    from .on_budgets import Budgets
 
 State = Literal["done", "unknown", "superseded", "resolved", "pending", "alert", "rolled_back"]
 Status = Literal["finished", "needs_operator", "resumable"]
@@ -218,7 +218,7 @@ class Recovery:
         the target): what `resume` does, a refusal included, is
         `inspect_run(store, run_id, validity=True)`'s `next`.
         """
-        from ._plan import describe, plan
+        from .plan import describe, plan
 
         return describe(plan(self), self.run_id)
 

@@ -1,6 +1,6 @@
 """The walker's handlers for people in the loop (log format 1.2, docs/how-to/require-approval.md).
 
-A mixin of `polyloop._classify.Walker`: a handler for `approval_request`
+A mixin of `polyloop._recovery.walker.Walker`: a handler for `approval_request`
 and one for `decision`, plus the checks an action intent and a step's end
 must pass when the step's tool call waits (or waited) for a person. They
 keep the numbered rules 28-32 of docs/reference/log-format.md. Everything
@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._calls_walk import tool_calls_of
-from ._log.ids import result_id as derive_result_id
-from ._log.records import ApprovalRequest, Decision, Intent, args_digest
+from .on_calls import tool_calls_of
+from .._log.ids import result_id as derive_result_id
+from .._log.records import ApprovalRequest, Decision, Intent, args_digest
 
 if TYPE_CHECKING:
-    from ._classify import _Step
+    from .walker import _Step
 
 RequestState = Literal["waiting", "approved", "denied", "answered"]
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ._classify import Recovery, Walker, _tool_call, tool_calls_of
-from ._log.ids import result_id as derive_result_id
+from .walker import Recovery, Walker, _tool_call, tool_calls_of
+from .._log.ids import result_id as derive_result_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The walker's handlers for checkpoint validity and retry budgets (log format 1.2).
 
-A mixin of `polyloop._classify.Walker`: the records `checkpoint_accepted`,
+A mixin of `polyloop._recovery.walker.Walker`: the records `checkpoint_accepted`,
 `resumed` and `crash_loop_accepted`, the 1.2 fields of `run_started.config`
 and the `tool_failures` finish, each checked against the numbered rules
 21-24 of docs/reference/log-format.md. It also keeps the two budgets the
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._log.records import CheckpointAccepted, CrashLoopAccepted, Intent, Record, Resumed, RunFinished, RunStarted
+from .._log.records import CheckpointAccepted, CrashLoopAccepted, Intent, Record, Resumed, RunFinished, RunStarted
 
 if TYPE_CHECKING:
-    from ._classify import _Step
+    from .walker import _Step
 
 # run_started.config keys a 1.1 writer never wrote.
 CONFIG_1_2 = ("logic_version", "inputs", "config_hashes", "max_tool_failures", "max_resumes_without_progress")

@@ -1,6 +1,6 @@
 """The walker's handler for product references (log format 1.2, docs/how-to/keep-intermediate-products.md).
 
-A mixin of `polyloop._classify.Walker`: the `artifact` record's handler,
+A mixin of `polyloop._recovery.walker.Walker`: the `artifact` record's handler,
 checking rules 25-27 of docs/reference/log-format.md, and the references it
 keeps (the latest per product name). What a product's bytes say is judged
 elsewhere (`polyloop._artifacts.judge`): the walker is pure.
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._log.ids import check_product_name
-from ._log.errors import InvalidInputError
-from ._log.records import Artifact, RunFinished, RunStarted
+from .._log.ids import check_product_name
+from .._log.errors import InvalidInputError
+from .._log.records import Artifact, RunFinished, RunStarted
 
 if TYPE_CHECKING:
-    from ._classify import _Exec, _Step
+    from .walker import _Exec, _Step
 
 
 def product_path(run_id: str, name: str) -> str:

@@ -22,15 +22,15 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._decision_walk import DecisionHandlers, RequestView, approvals_of, check_approval_config
-from ._budget_walk import BudgetHandlers
-from ._artifact_walk import ArtifactHandlers
-from ._log.errors import CorruptLogError, Problem
-from ._calls_walk import CallHandlers, tool_calls_of
-from ._guard_walk import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
-from ._key_walk import KeyHandlers
-from ._log.ids import result_id as derive_result_id
-from ._recovery import (
+from .on_decisions import DecisionHandlers, RequestView, approvals_of, check_approval_config
+from .on_budgets import BudgetHandlers
+from .on_artifacts import ArtifactHandlers
+from .._log.errors import CorruptLogError, Problem
+from .on_calls import CallHandlers, tool_calls_of
+from .on_guards import NO_GUARDS, GuardHandlers, check_guard_config, guards_of, phase
+from .on_keys import KeyHandlers
+from .._log.ids import result_id as derive_result_id
+from .verdict import (
     DEFAULT_MAX_ATTEMPTS,
     Execution,
     IntentFields,
@@ -41,7 +41,7 @@ from ._recovery import (
     max_attempts_of,
     max_steps_of,
 )
-from ._log.records import (
+from .._log.records import (
     ActionResult,
     ApprovalRequest,
     Decision,
@@ -201,7 +201,7 @@ class Walker(GuardHandlers, CallHandlers, DecisionHandlers, BudgetHandlers, Arti
     `feed` never raises on a bad record: it files a `Problem` (with the
     number of the rule broken) and skips the record, so a reader can list
     every problem of a log. The run loop feeds the records it writes and
-    plans from the same state (`polyloop._plan.plan` accepts a walker).
+    plans from the same state (`polyloop._recovery.plan.plan` accepts a walker).
     """
 
     def __init__(self, run_id: str | None = None) -> None:

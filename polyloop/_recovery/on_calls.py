@@ -1,6 +1,6 @@
 """The walker's handlers for steps of several tool calls (log format 1.2, rules 33 and 34).
 
-A mixin of `polyloop._classify.Walker`, like `_guard_walk.GuardHandlers`:
+A mixin of `polyloop._recovery.walker.Walker`, like `_guard_walk.GuardHandlers`:
 when a model answer carries several tool calls, every call is an action of
 its own (`intent.call`), results may come in any order among the calls of
 the open step, and the step completes with one outcome per call
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._log.records import Intent, ModelCallResult, StepCompleted
+from .._log.records import Intent, ModelCallResult, StepCompleted
 
 if TYPE_CHECKING:
-    from ._classify import _Exec, _Step
+    from .walker import _Exec, _Step
 
 
 def tool_calls_of(output: ModelCallResult | None) -> list[dict[str, Any]]:

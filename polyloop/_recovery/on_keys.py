@@ -1,6 +1,6 @@
 """The walker's checks of idempotency keys (rule 36 of docs/reference/log-format.md).
 
-A mixin of `polyloop._classify.Walker`. A key is derived, never chosen: an
+A mixin of `polyloop._recovery.walker.Walker`. A key is derived, never chosen: an
 action's from its run id, step, tool, arguments and, in a step of several
 tool calls, its call number (`polyloop._log.ids.idempotency_key`); an approved
 call's action keeps its request's key, edited arguments or not; a rollback's
@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ._log.ids import idempotency_key, rollback_key
-from ._log.records import ApprovalRequest, Intent, RunStarted
+from .._log.ids import idempotency_key, rollback_key
+from .._log.records import ApprovalRequest, Intent, RunStarted
 
 if TYPE_CHECKING:
-    from ._classify import _Exec
-    from ._decision_walk import RequestView
+    from .walker import _Exec
+    from .on_decisions import RequestView
 
 KEY_RULE = 36
 _KEY = re.compile(r"pl-[0-9a-f]{32}")
