@@ -9,8 +9,8 @@ silently repeats a side effect, but it cannot make a side effect and its log
 record one indivisible act.
 """
 
-from ._agent import Agent, RunResult, default_directory
-from ._artifacts import ArtifactRef, Artifacts, ProductCheck
+from ._run.agent import Agent, RunResult, default_directory
+from ._run.artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
@@ -68,8 +68,8 @@ from ._log.records import (
 from ._log.records import decode as decode_record
 from ._log.records import encode as encode_record
 from ._log.store_port import ArtifactStore, LockingStore, Store
-from ._target import load_target, resume_run, run_target
-from ._tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
+from ._run.target import load_target, resume_run, run_target
+from ._run.tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
 from ._operate.verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._answer import Fields, MalformedResponseError, bad_arguments
+from ._run.answer import Fields, MalformedResponseError, bad_arguments
 from ._log.model_port import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import HostedModel, import_extra
+from ._run.provider import HostedModel, import_extra
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicModel", "MalformedResponseError"]
 
@@ -219,7 +219,7 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
     out, but when given it holds both counts (the cache counts are
     optional). Blocks of other types (thinking, server tools) are not
     decisions the loop acts on and are skipped. The bounds are
-    `polyloop._answer`'s.
+    `polyloop._run.answer`'s.
     """
     fields = Fields()
     usage = fields.object(answer, "usage", "usage", required=False)

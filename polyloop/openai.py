@@ -38,9 +38,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._answer import Fields, MalformedResponseError
+from ._run.answer import Fields, MalformedResponseError
 from ._log.model_port import Message, ModelOutput, ToolCall, Usage, message_tool_calls
-from ._provider import HostedModel, import_extra
+from ._run.provider import HostedModel, import_extra
 
 _openai = import_extra("openai")
 
@@ -212,7 +212,7 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
     `message` and `finish_reason` (null allowed), and each function call's
     `id`, `function.name` and `function.arguments` (a JSON object in a
     string; empty means no arguments). `usage` may be left out, but when
-    given it holds both counts. The bounds are `polyloop._answer`'s.
+    given it holds both counts. The bounds are `polyloop._run.answer`'s.
     """
     fields = Fields()
     usage = fields.object(answer, "usage", "usage", required=False)

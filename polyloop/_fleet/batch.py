@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from .._agent import default_directory
+from .._run.agent import default_directory
 from .plan import (
     BatchError,
     BatchLine,
@@ -38,7 +38,7 @@ from .plan import (
 )
 from .report import BatchProgress, BatchReport, BatchRun, count
 from .._log.errors import TargetError
-from .._target import load_target
+from .._run.target import load_target
 from ..stores import _postgres_class, store_kind
 
 DEFAULT_CONCURRENCY = 16

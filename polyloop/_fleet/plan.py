@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from .._agent import Agent
+from .._run.agent import Agent
 from .._log.errors import InvalidRunIdError, PolyLoopError
 from .._files import NotRegularFileError, read_regular
 from .._log.ids import check_run_id

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._log.errors import NeedsOperatorError, PolyLoopError, RunActiveError, StoreError
 from .._log.ids import check_run_id, new_run_id
-from .._target import canonical_target, load_target
+from .._run.target import canonical_target, load_target
 
 if TYPE_CHECKING:
     from ..stores._pg_lease import Lease

@@ -27,7 +27,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .._agent import Agent, RunResult
+from .._run.agent import Agent, RunResult
 from .plan import fresh_run_advice
 from .report import BatchRun, Status
 from .._log.errors import (
@@ -41,7 +41,7 @@ from .._log.errors import (
     RunNotFoundError,
 )
 from .._operate.inspect import inspect_run
-from .._target import load_target
+from .._run.target import load_target
 from ..stores import JsonlStore, store_kind
 
 STEPS_EVERY = 0.2

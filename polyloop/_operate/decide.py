@@ -16,7 +16,7 @@ import orjson
 from .._recovery.walker import Recovery, Walker
 from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
-from .._loop import held, verdict, walk_off_loop, write_settlement
+from .._run.loop import held, verdict, walk_off_loop, write_settlement
 from .._log.records import Decision, DecisionKind, args_digest, representable
 from .._log.store_port import Store
 from .._log.who import REASON, said, settled_by

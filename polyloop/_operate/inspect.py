@@ -6,11 +6,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._artifacts import ProductCheck
+from .._run.artifacts import ProductCheck
 from .._recovery.walker import Execution, Recovery, Walker
 from .._log.errors import CheckpointError, CorruptLogError, Problem, ResolutionError
 from .._log.ids import check_run_id
-from .._loop import held, maybe_await, verdict, walk_off_loop, write_settlement
+from .._run.loop import held, maybe_await, verdict, walk_off_loop, write_settlement
 from .._recovery.plan import (
     AlertStop,
     AwaitDecision,

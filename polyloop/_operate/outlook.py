@@ -3,7 +3,7 @@
 The planner's move alone is not what resume does. Before anything runs,
 resume refuses (exit code 4) a run whose referenced products are missing
 or altered, whatever its move; then, unless the move is a stop for a person
-(`polyloop._resume.compares_checkpoint`), a run whose inputs, logic version
+(`polyloop._run.resume.compares_checkpoint`), a run whose inputs, logic version
 or configuration changed. `outlook` says the same, in that order, with the
 same refusal resume raises: `inspect`, and through it `approve`, `deny`,
 `answer` and `mark-resolved`, print what it returns, so no command can say
@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._artifacts import ProductCheck, product_checks, product_refusal, refused_products
+from .._run.artifacts import ProductCheck, product_checks, product_refusal, refused_products
 from .._recovery.walker import Walker
 from .._log.errors import CheckpointError, PolyLoopError
 from .._recovery.plan import Next, describe
-from .._resume import compares_checkpoint
+from .._run.resume import compares_checkpoint
 from .._log.store_port import Store
-from .._target import load_target
-from .._validity import differences, refusal
+from .._run.target import load_target
+from .._run.validity import differences, refusal
 
 
 @dataclass(frozen=True, slots=True)

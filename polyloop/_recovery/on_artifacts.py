@@ -3,7 +3,7 @@
 A mixin of `polyloop._recovery.walker.Walker`: the `artifact` record's handler,
 checking rules 25-27 of docs/reference/log-format.md, and the references it
 keeps (the latest per product name). What a product's bytes say is judged
-elsewhere (`polyloop._artifacts.judge`): the walker is pure.
+elsewhere (`polyloop._run.artifacts.judge`): the walker is pure.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ArtifactHandlers:
 
         One of them may have replaced a product after its last reference
         and before its own `artifact` record (the write is the tool's side
-        effect, the record follows it): see `polyloop._artifacts.judge`.
+        effect, the record follows it): see `polyloop._run.artifacts.judge`.
         """
         if self.finished is not None or self.completed_steps >= len(self.steps):
             return []

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._agent import Agent
+from .._run.agent import Agent
 from .._recovery.walker import classify
 from .._log.errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._log.ids import idempotency_key, rollback_key
@@ -38,7 +38,7 @@ from .._log.records import (
 )
 from .._log.records import args_digest
 from .._log.store_port import ArtifactStore, LockingStore, Store
-from .._tools import ToolContext, tool
+from .._run.tools import ToolContext, tool
 
 StoreFactory = Callable[[], Any]
 Property = Callable[[StoreFactory], Awaitable[None]]

@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._agent import Agent
+from .._run.agent import Agent
 from .._recovery.walker import classify
 from .._log.model_port import ScriptedModel
 from .._log.records import Record
 from .._recovery.verdict import Execution
-from .._tools import Tool
+from .._run.tools import Tool
 from ._memory import MemoryStore
 
 

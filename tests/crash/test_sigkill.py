@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from polyloop import JsonlStore, NeedsOperatorError, classify, mark_resolved
-from polyloop._target import load_target
+from polyloop._run.target import load_target
 
 AGENT = textwrap.dedent(
     """
@@ -51,7 +51,7 @@ AGENT = textwrap.dedent(
     """
 )
 
-RUN = "import asyncio, sys; from polyloop import JsonlStore; from polyloop._target import load_target; " \
+RUN = "import asyncio, sys; from polyloop import JsonlStore; from polyloop._run.target import load_target; " \
       "asyncio.run(load_target(sys.argv[1]).run('goal', run_id='r', store=JsonlStore(sys.argv[2]), target=sys.argv[1]))"
 
 

@@ -17,7 +17,7 @@ import pytest
 from providers import ANTHROPIC, HISTORY, OPENAI, PROVIDERS, SPECS, Provider
 
 from polyloop import Agent, Intent, JsonlStore, ModelCallResult, ModelOutput, ToolCall, TransientModelError, Usage, tool
-from polyloop._answer import MAX_ANSWER_BYTES, MAX_NAME_LENGTH, MAX_TOKEN_COUNT
+from polyloop._run.answer import MAX_ANSWER_BYTES, MAX_NAME_LENGTH, MAX_TOKEN_COUNT
 from polyloop.openai import MalformedResponseError
 from polyloop.testing import FakeResponse
 from polyloop.testing._fake_http import DELETE

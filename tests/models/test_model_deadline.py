@@ -19,7 +19,7 @@ import pytest
 from providers import HISTORY, PROVIDERS, Provider, client_connections
 
 from polyloop import Agent, Intent, JsonlStore, ModelCallResult, TransientModelError
-from polyloop._provider import retry_after
+from polyloop._run.provider import retry_after
 from polyloop.openai import MalformedResponseError
 from polyloop.testing import FakeResponse
 

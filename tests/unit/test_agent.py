@@ -415,7 +415,7 @@ async def test_retry_after_and_the_usage_of_failed_attempts_are_honoured(memory,
                 raise TransientModelError("429", retry_after=1e9)
             return ModelOutput(text="ok")
 
-    monkeypatch.setattr("polyloop._loop.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("polyloop._run.loop.asyncio.sleep", fake_sleep)
     agent = Agent(model=Limited(), retry_backoff=0.5)
     assert (await agent.run("goal", run_id="r", store=memory)).text == "ok"
     assert slept == [7.0, 60.0]  # the server's wish, capped

@@ -22,7 +22,7 @@ from polyloop import (
     tool,
 )
 from polyloop._log.records import Artifact
-from polyloop._tools import observation_text
+from polyloop._run.tools import observation_text
 from polyloop.testing import MemoryStore
 
 
@@ -339,7 +339,7 @@ def test_verify_does_not_report_a_product_change_accepted_on_the_record(tmp_path
 def test_an_acceptance_covers_exactly_the_state_it_saw():
     from types import SimpleNamespace
 
-    from polyloop._artifacts import judge, refused_products
+    from polyloop._run.artifacts import judge, refused_products
     from polyloop._log.records import CheckpointAccepted
 
     ref = Artifact(result_id="s1-a1", name="x", path="r.artifacts/x", size=1, sha256=sha(b"x"))

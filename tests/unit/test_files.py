@@ -17,7 +17,7 @@ from test_store_special_files import watchdog  # noqa: F401  (autouse: every tes
 
 from polyloop import InvalidInputError, ScriptedModel
 from polyloop._files import NotRegularFileError, open_regular, read_regular
-from polyloop._validity import fingerprint_input
+from polyloop._run.validity import fingerprint_input
 
 
 def _socket_at(path: Path) -> socket.socket:

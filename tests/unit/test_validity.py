@@ -19,7 +19,7 @@ from polyloop import (
     load_target,
     tool,
 )
-from polyloop._validity import differences, fingerprint_input, resolved_logic_version
+from polyloop._run.validity import differences, fingerprint_input, resolved_logic_version
 from polyloop.testing import MemoryStore
 
 

@@ -8,17 +8,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._artifacts import check_products
-from ._recovery.walker import max_steps_of
-from ._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
-from ._log.ids import check_run_id, new_run_id
-from ._loop import _Run, held, read_or_none, verdict, walk_off_loop
-from ._log.model_port import Model
-from ._log.records import FinishReason, RunStarted, encode
-from ._resume import Resume
-from ._log.store_port import Store
-from ._tools import Tool
-from ._validity import checkpoint_config
+from .artifacts import check_products
+from .._recovery.walker import max_steps_of
+from .._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
+from .._log.ids import check_run_id, new_run_id
+from .loop import _Run, held, read_or_none, verdict, walk_off_loop
+from .._log.model_port import Model
+from .._log.records import FinishReason, RunStarted, encode
+from .resume import Resume
+from .._log.store_port import Store
+from .tools import Tool
+from .validity import checkpoint_config
 
 DEFAULT_DIRECTORY = "runs"
 
@@ -246,7 +246,7 @@ class Agent:
                 or altered (docs/how-to/keep-intermediate-products.md); nothing ran.
         """
         if store is None:
-            from .stores import JsonlStore
+            from ..stores import JsonlStore
 
             store = JsonlStore(default_directory())
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, overload
 
 import orjson
 
-from ._artifacts import NO_ARTIFACTS, Artifacts
-from ._log.records import representable
+from .artifacts import NO_ARTIFACTS, Artifacts
+from .._log.records import representable
 
 if TYPE_CHECKING:
     import pydantic

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from ._log.errors import TransientModelError
-from ._log.model_port import Usage
+from .._log.errors import TransientModelError
+from .._log.model_port import Usage
 
 MAX_ANSWER_BYTES = 16 << 20
 """The largest answer body read (16 MiB); a larger one is malformed."""

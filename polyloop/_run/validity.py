@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ._log.errors import CheckpointError, InvalidInputError
-from ._files import NotRegularFileError, open_regular
+from .._log.errors import CheckpointError, InvalidInputError
+from .._files import NotRegularFileError, open_regular
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._log.records import CheckpointAccepted, RunStarted
+    from .agent import Agent
+    from .._log.records import CheckpointAccepted, RunStarted
 
 _CHUNK = 1 << 20
 _LIBRARY = str(Path(__file__).resolve().parent) + os.sep

@@ -27,15 +27,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._recovery.on_artifacts import product_path
-from ._files import kind_of
-from ._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
-from ._log.ids import check_product_name
-from ._log.records import Artifact
-from ._log.store_port import ArtifactStore, Store
+from .._recovery.on_artifacts import product_path
+from .._files import kind_of
+from .._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
+from .._log.ids import check_product_name
+from .._log.records import Artifact
+from .._log.store_port import ArtifactStore, Store
 
 if TYPE_CHECKING:
-    from ._recovery.walker import Walker
+    from .._recovery.walker import Walker
 
 ProductState = Literal["ok", "missing", "altered", "unsettled"]
 # Of those, what the checkpoint refuses (and `--accept-changes` accepts); `unsettled`

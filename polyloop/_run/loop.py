@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 
-from ._recovery.walker import Recovery, Walker, _tool_call, walk
-from ._log.codec import ParsedLog
-from ._log.errors import (
+from .._recovery.walker import Recovery, Walker, _tool_call, walk
+from .._log.codec import ParsedLog
+from .._log.errors import (
     MAX_RETRY_AFTER,
     AlertError,
     ApprovalRequiredError,
@@ -34,9 +34,9 @@ from ._log.errors import (
     StoreError,
     TransientModelError,
 )
-from ._log.ids import call_id, idempotency_key, result_id
-from ._log.model_port import ModelOutput, Usage, _History
-from ._recovery.plan import (
+from .._log.ids import call_id, idempotency_key, result_id
+from .._log.model_port import ModelOutput, Usage, _History
+from .._recovery.plan import (
     AbortAction,
     AlertStop,
     AwaitDecision,
@@ -59,8 +59,8 @@ from ._recovery.plan import (
     StepCalls,
     plan,
 )
-from ._artifacts import Artifacts, check_products
-from ._log.records import (
+from .artifacts import Artifacts, check_products
+from .._log.records import (
     ActionResult,
     ApprovalRequest,
     CheckpointAccepted,
@@ -77,12 +77,12 @@ from ._log.records import (
     StepCompleted,
     representable,
 )
-from ._log.store_port import LockingStore, ProbingStore, Store
-from ._tools import Tool, ToolContext, call_guard, guard_verdict, observation_text
+from .._log.store_port import LockingStore, ProbingStore, Store
+from .tools import Tool, ToolContext, call_guard, guard_verdict, observation_text
 
 if TYPE_CHECKING:
-    from ._agent import Agent, RunResult
-    from ._resume import Resume
+    from .agent import Agent, RunResult
+    from .resume import Resume
 
 # Classifying a log this long moves off the event loop (other runs share it).
 _OFF_LOOP_RECORDS = 2_000
@@ -253,7 +253,7 @@ class _Run:
         self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
         self._write_intents = getattr(store, "write_intents", None)
         # Resumed with an action in flight: a product it may have replaced is only `unsettled`
-        # (see polyloop._artifacts); once its step completes, every product is checked again
+        # (see polyloop._run.artifacts); once its step completes, every product is checked again
         # (leaving alone what a `checkpoint_accepted` record accepted, also this resume's).
         self.recheck_products = bool(walker.artifacts) and bool(walker.in_flight())
         self._writers = {
@@ -276,7 +276,7 @@ class _Run:
                 c.get("name") == t.name for c in walker.started.config.get("tools") or []
             ):
                 raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
-        from ._decision_run import check_recorded
+        from .decisions import check_recorded
 
         check_recorded(self)
 
@@ -312,7 +312,7 @@ class _Run:
             elif isinstance(nxt, Decided):
                 await self._complete(nxt.step, None, nxt.observation, nxt.is_error, nxt.tool, history)
             elif isinstance(nxt, AlertStop):
-                from ._guard_run import redeliver
+                from .guards import redeliver
 
                 for e in nxt.executions:
                     if e.kind == "action":
@@ -327,7 +327,7 @@ class _Run:
                 return self._recorded_result()
 
     def _recorded_result(self) -> RunResult:
-        from ._agent import RunResult
+        from .agent import RunResult
 
         f = self.walker.finished
         assert f is not None
@@ -418,7 +418,7 @@ class _Run:
             # schema never reach it; the model reads why and may try again.
             return f"error: {invalid}"
         if nxt.why == "first":
-            from ._decision_run import request_for
+            from .decisions import request_for
 
             request = request_for(self, tool, nxt)
             if request is not None:
@@ -563,7 +563,7 @@ class _Run:
         await self._complete(step, rid, observation, is_error, tool.name, history)
 
     async def _guarded(self, nxt: Any, history: _History) -> None:
-        from ._guard_run import carry_out
+        from .guards import carry_out
 
         await carry_out(self, nxt, history)
 
@@ -577,7 +577,7 @@ class _Run:
         history.append(_tool_turn(model.result_id, tool, observation))
 
     async def _finish(self, reason: FinishReason, text: str | None, error: str | None = None) -> RunResult:
-        from ._agent import RunResult
+        from .agent import RunResult
 
         steps = self.walker.completed_steps
         await self._write(RunFinished(reason=reason, result=text, steps=steps, error=error))

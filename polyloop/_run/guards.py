@@ -1,6 +1,6 @@
 """The run loop's part for guarded actions: carrying out the planner's guard verdicts.
 
-`polyloop._loop._Run.go` hands every guard `Next` (`ContinueAction`,
+`polyloop._run.loop._Run.go` hands every guard `Next` (`ContinueAction`,
 `AbortAction`, `Verify`, `Rollback`, `Reconcile`, `Complete`) to
 `carry_out`, which does it intent first and writes through the run's own
 `_write`, so the walker judges every record it writes (docs/how-to/guard-a-side-effect.md).
@@ -14,16 +14,16 @@ import contextlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from ._log.errors import RunMismatchError
-from ._log.ids import result_id, rollback_key
-from ._log.model_port import _History
-from ._recovery.plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
-from ._artifacts import Artifacts
-from ._log.records import ActionResult, GuardCheck, Intent, Resolution, representable
-from ._tools import Reconciled, Tool, ToolContext, call_guard, observation_text
+from .._log.errors import RunMismatchError
+from .._log.ids import result_id, rollback_key
+from .._log.model_port import _History
+from .._recovery.plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
+from .artifacts import Artifacts
+from .._log.records import ActionResult, GuardCheck, Intent, Resolution, representable
+from .tools import Reconciled, Tool, ToolContext, call_guard, observation_text
 
 if TYPE_CHECKING:
-    from ._loop import _Run
+    from .loop import _Run
 
 
 async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
@@ -55,7 +55,7 @@ async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
 
 
 async def _verify(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any], observation: str) -> None:
-    from ._loop import _judge
+    from .loop import _judge
 
     assert tool.guards.verify is not None
     passed, reason = await _judge(tool.guards.verify, "verification", args, observation, ctx)
@@ -96,7 +96,7 @@ async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action
                     await done
                 raise
             # A sync rollback's thread cannot be stopped: hold the run until it ends,
-            # then record what it did, as for a tool (polyloop._loop._invoke).
+            # then record what it did, as for a tool (polyloop._run.loop._invoke).
             cancelled = True
     await run._write(ActionResult(result_id=rid, observation=representable(observation), is_error=failed))
     if cancelled:

@@ -3,7 +3,7 @@
 `Resume.open` runs once, before anything of the run is executed, on every
 path that continues an existing log (`Agent.run` with a known run id,
 `resume_run`, a batch re-run). In order: the checkpoint is compared
-(`polyloop._validity.differences`; a difference refuses with
+(`polyloop._run.validity.differences`; a difference refuses with
 `CheckpointError` unless accepted on the record), the planner's crash-loop
 stop is honoured (`CrashLoopError` unless lifted on the record), and a
 `resumed` record counts the resume. A resume that stops for an operator or
@@ -16,15 +16,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._artifacts import bad_products
-from ._log.errors import CrashLoopError, InvalidInputError
-from ._recovery.plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
-from ._log.records import CheckpointAccepted, CrashLoopAccepted, Resumed
-from ._validity import differences, refusal
-from ._log.who import BY, REASON, said, settled_by
+from .artifacts import bad_products
+from .._log.errors import CrashLoopError, InvalidInputError
+from .._recovery.plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
+from .._log.records import CheckpointAccepted, CrashLoopAccepted, Resumed
+from .validity import differences, refusal
+from .._log.who import BY, REASON, said, settled_by
 
 if TYPE_CHECKING:
-    from ._loop import _Run
+    from .loop import _Run
 
 
 @dataclass(slots=True)

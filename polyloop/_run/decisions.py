@@ -1,6 +1,6 @@
 """The run loop's part for people in the loop: recording that a tool call waits (log format 1.2).
 
-`polyloop._loop._Run._prepare` calls `request_for` before an action's first intent.
+`polyloop._run.loop._Run._prepare` calls `request_for` before an action's first intent.
 When the recorded configuration says the tool's calls wait for a person
 (and its predicate holds), the run writes a durable `approval_request` and
 stops with `ApprovalRequiredError`: nothing of the call has run. The
@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._log.errors import RunMismatchError
-from ._log.ids import idempotency_key
-from ._log.ids import result_id as derive_result_id
-from ._log.records import ApprovalRequest, args_digest
+from .._log.errors import RunMismatchError
+from .._log.ids import idempotency_key
+from .._log.ids import result_id as derive_result_id
+from .._log.records import ApprovalRequest, args_digest
 
 if TYPE_CHECKING:
-    from ._loop import _Run
-    from ._recovery.plan import RunAction
-    from ._tools import Tool
+    from .loop import _Run
+    from .._recovery.plan import RunAction
+    from .tools import Tool
 
 
 def check_recorded(run: _Run) -> None:

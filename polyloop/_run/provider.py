@@ -20,9 +20,9 @@ from contextlib import AbstractAsyncContextManager
 from types import ModuleType
 from typing import Any
 
-from ._answer import MAX_ANSWER_BYTES, MalformedResponseError, decode_answer
-from ._log.errors import TransientModelError
-from ._log.model_port import Message
+from .answer import MAX_ANSWER_BYTES, MalformedResponseError, decode_answer
+from .._log.errors import TransientModelError
+from .._log.model_port import Message
 
 
 class _BrokenAnswer(Exception):

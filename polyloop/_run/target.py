@@ -11,15 +11,15 @@ from pathlib import Path
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._agent import Agent, RunResult
-from ._artifacts import check_products
-from ._log.errors import NeedsOperatorError, PolyLoopError, TargetError
-from ._files import NotRegularFileError, check_regular, read_regular
-from ._log.ids import check_run_id
-from ._loop import _Run, held, verdict, walk_off_loop
-from ._recovery.plan import Finished, NeedsOperator, plan
-from ._resume import Resume
-from ._log.store_port import Store
+from .agent import Agent, RunResult
+from .artifacts import check_products
+from .._log.errors import NeedsOperatorError, PolyLoopError, TargetError
+from .._files import NotRegularFileError, check_regular, read_regular
+from .._log.ids import check_run_id
+from .loop import _Run, held, verdict, walk_off_loop
+from .._recovery.plan import Finished, NeedsOperator, plan
+from .resume import Resume
+from .._log.store_port import Store
 
 
 def _split(target: str) -> tuple[str, str]:
