@@ -1,0 +1,1 @@
+"""Many runs: batches (plan, worker processes, report) and the PostgreSQL queue."""

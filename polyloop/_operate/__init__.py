@@ -1,0 +1,1 @@
+"""People's tools over a log: inspect, decide, ls, verify, and what resume would do next."""
