@@ -91,6 +91,11 @@ def describe(nxt: Next, run_id: str) -> str:
             f"stop: {crash_loop_reason(nxt)}; find out why, then lift the stop with "
             f"`polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT`"
         )
+    return _describe_work(nxt)
+
+
+def _describe_work(nxt: Next) -> str:
+    """What `describe` says of a move that is work to do (no stop, no command to print)."""
     if isinstance(nxt, FinishToolFailures):
         return f"finish the run: {nxt.tool} failed {nxt.failures} times in a row, its failure budget"
     if isinstance(nxt, ContinueAction):
