@@ -1,8 +1,9 @@
 """The walker's handlers for steps of several tool calls (log format 1.2, rules 33 and 34).
 
-Checks `polyloop._recovery.walker.Walker` calls on a `WalkState`: when a model answer carries several tool calls, every call is an action of
-its own (`intent.call`), results may come in any order among the calls of
-the open step, and the step completes with one outcome per call
+Checks `polyloop._recovery.walker.Walker` calls on a `WalkState`: when a
+model answer carries several tool calls, every call is an action of its
+own (`intent.call`), results may come in any order among the calls of the
+open step, and the step completes with one outcome per call
 (`step_completed.calls`). See docs/reference/log-format.md.
 """
 
