@@ -1,6 +1,6 @@
 """The walker's checks of idempotency keys (rule 36 of docs/reference/log-format.md).
 
-A mixin of `polyloop._recovery.walker.Walker`. A key is derived, never chosen: an
+Checks the walker's intent and request handlers call. A key is derived, never chosen: an
 action's from its run id, step, tool, arguments and, in a step of several
 tool calls, its call number (`polyloop._log.ids.idempotency_key`); an approved
 call's action keeps its request's key, edited arguments or not; a rollback's
@@ -14,14 +14,10 @@ no version switch.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from .._log.ids import idempotency_key, rollback_key
-from .._log.records import ApprovalRequest, Intent, RunStarted
-
-if TYPE_CHECKING:
-    from .walker import _Exec
-    from .on_decisions import RequestView
+from .._log.records import ApprovalRequest, Intent
+from .state import Exec, RequestView, WalkState
 
 KEY_RULE = 36
 _KEY = re.compile(r"pl-[0-9a-f]{32}")
@@ -40,42 +36,38 @@ def key_problem(key: str | None, expected: str, what: str, whose: str) -> tuple[
     return KEY_RULE, f"{what} carries idempotency key {key!r}, not {whose} ({expected})"
 
 
-class KeyHandlers:
-    """Rule 36 for action and rollback intents and approval requests; mixed into `Walker`."""
+def _derived_key(s: WalkState, step: int, tool: str, args: dict, call: int | None) -> str:
+    assert s.started is not None
+    return idempotency_key(s.started.run_id, step, tool, args, call)
 
-    # Provided by Walker.
-    started: RunStarted | None
-    _order: list[_Exec]
 
-    def _derived_key(self, step: int, tool: str, args: dict, call: int | None) -> str:
-        assert self.started is not None
-        return idempotency_key(self.started.run_id, step, tool, args, call)
+def check_action_key(s: WalkState, rec: Intent, first: Exec | None, request: RequestView | None) -> tuple[int, str] | None:
+    """An action intent's key: its request's, else its first attempt's, else derived from its own fields."""
+    what, key = f"action intent {rec.result_id}", rec.idempotency_key
+    if request is not None:
+        whose = f"the key of its approval request {request.result_id}"
+        return key_problem(key, request.idempotency_key, what, whose)
+    if first is not None:  # the first attempt's own key was checked when it was read
+        whose = f"the key of its first attempt {first.result_id}"
+        return key_problem(key, first.intent.idempotency_key or "", what, whose)
+    assert rec.tool is not None and rec.args is not None
+    bad = key_problem(key, _derived_key(s, rec.step, rec.tool, rec.args, rec.call), what, _DERIVED)
+    if bad is None:
+        return None
+    owner = next((x for x in s.order if x.intent.kind == "action" and x.intent.idempotency_key == key), None)
+    if owner is None:
+        return bad
+    return KEY_RULE, f"{bad[1]}: it is the key of {owner.result_id}, another logical action"
 
-    def _action_key(self, rec: Intent, first: _Exec | None, request: RequestView | None) -> tuple[int, str] | None:
-        """An action intent's key: its request's, else its first attempt's, else derived from its own fields."""
-        what, key = f"action intent {rec.result_id}", rec.idempotency_key
-        if request is not None:
-            whose = f"the key of its approval request {request.result_id}"
-            return key_problem(key, request.idempotency_key, what, whose)
-        if first is not None:  # the first attempt's own key was checked when it was read
-            whose = f"the key of its first attempt {first.result_id}"
-            return key_problem(key, first.intent.idempotency_key or "", what, whose)
-        assert rec.tool is not None and rec.args is not None
-        bad = key_problem(key, self._derived_key(rec.step, rec.tool, rec.args, rec.call), what, _DERIVED)
-        if bad is None:
-            return None
-        owner = next((x for x in self._order if x.intent.kind == "action" and x.intent.idempotency_key == key), None)
-        if owner is None:
-            return bad
-        return KEY_RULE, f"{bad[1]}: it is the key of {owner.result_id}, another logical action"
 
-    def _request_key(self, rec: ApprovalRequest) -> tuple[int, str] | None:
-        """An approval request's key: derived from the tool call it shows, as its action's would be."""
-        derived = self._derived_key(rec.step, rec.tool, rec.args, rec.call)
-        return key_problem(rec.idempotency_key, derived, f"approval_request {rec.result_id}", _DERIVED)
+def check_request_key(s: WalkState, rec: ApprovalRequest) -> tuple[int, str] | None:
+    """An approval request's key: derived from the tool call it shows, as its action's would be."""
+    derived = _derived_key(s, rec.step, rec.tool, rec.args, rec.call)
+    return key_problem(rec.idempotency_key, derived, f"approval_request {rec.result_id}", _DERIVED)
 
-    def _rollback_key(self, rec: Intent, action: _Exec) -> tuple[int, str] | None:
-        """A rollback intent's key: its action's key + `-rollback`."""
-        derived = rollback_key(action.intent.idempotency_key or "")
-        return key_problem(rec.idempotency_key, derived, f"rollback intent {rec.result_id}",
-                           f"the key of its action {action.result_id} + -rollback")
+
+def check_rollback_key(s: WalkState, rec: Intent, action: Exec) -> tuple[int, str] | None:
+    """A rollback intent's key: its action's key + `-rollback`."""
+    derived = rollback_key(action.intent.idempotency_key or "")
+    return key_problem(rec.idempotency_key, derived, f"rollback intent {rec.result_id}",
+                       f"the key of its action {action.result_id} + -rollback")

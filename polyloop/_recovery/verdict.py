@@ -1,13 +1,13 @@
 """The verdict on a log: its executions, steps and status, as frozen values.
 
-`polyloop._recovery.walker` builds these; everything that reads a log (inspect,
-resume, the CLI) reads them.
+`freeze` makes them from a walk's state (`polyloop._recovery.walker` calls
+it); everything that reads a log (inspect, resume, the CLI) reads them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .._log.records import (
     ActionResult,
@@ -20,46 +20,15 @@ from .._log.records import (
     StepCompleted,
 )
 
-if TYPE_CHECKING:
-    from .on_budgets import Budgets
+from .plan import describe, plan
+from .state import DEFAULT_MAX_ATTEMPTS, Budgets, IntentFields, RequestView, State, WalkState
 
-State = Literal["done", "unknown", "superseded", "resolved", "pending", "alert", "rolled_back"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS", "Execution", "IntentFields", "Recovery", "State", "Status", "StepView", "freeze",
+    "max_attempts_of", "max_steps_of", "observed",
+]
+
 Status = Literal["finished", "needs_operator", "resumable"]
-DEFAULT_MAX_ATTEMPTS = 6
-
-
-class IntentFields:
-    """What an execution's intent and result say, for `Execution` and the walker's own."""
-
-    __slots__ = ()
-    intent: Intent
-    result: ModelCallResult | StepCompleted | None
-
-    @property
-    def tool(self) -> str | None:
-        return self.intent.tool
-
-    @property
-    def args(self) -> dict[str, Any] | None:
-        return self.intent.args
-
-    @property
-    def replay(self) -> str | None:
-        return self.intent.replay
-
-    @property
-    def idempotency_key(self) -> str | None:
-        return self.intent.idempotency_key
-
-    @property
-    def call(self) -> int | None:
-        """Which tool call of its step (from 1) when the step has several; else None."""
-        return self.intent.call
-
-    @property
-    def error(self) -> str | None:
-        """Why a model call attempt failed (None if it did not, or is not a model call)."""
-        return self.result.error if isinstance(self.result, ModelCallResult) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +187,6 @@ class Recovery:
         the target): what `resume` does, a refusal included, is
         `inspect_run(store, run_id, validity=True)`'s `next`.
         """
-        from .plan import describe, plan
-
         return describe(plan(self), self.run_id)
 
 
@@ -251,3 +218,59 @@ def max_steps_of(started: RunStarted) -> int | None:
 def max_attempts_of(started: RunStarted) -> int:
     value = started.config.get("max_attempts")
     return value if type(value) is int else DEFAULT_MAX_ATTEMPTS
+
+
+def freeze(s: WalkState) -> Recovery:
+    """The frozen verdict on what a walk's state holds (its `started` must be set)."""
+    assert s.started is not None
+    frozen: dict[int, Execution] = {}
+    for x in reversed(s.order):  # a rollback (later in the log) is frozen before its action
+        i = x.intent
+        if not x.guards:  # positional and without the guard fields: a long log has many
+            frozen[id(x)] = Execution(
+                i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index,
+                None, x.returned,  # a call of a step of several has its own result
+            )
+            continue
+        frozen[id(x)] = Execution(
+            i.result_id, i.kind, i.step, i.attempt, x.state, i, x.result, x.resolution, x.index,
+            precondition=x.precondition,
+            returned=x.returned,
+            verification=x.verification,
+            reconciled=x.reconciled,
+            reconcile_check=x.reconcile_check,
+            rollbacks=tuple(frozen[id(r)] for r in x.rollbacks),
+            guards=x.guards,
+        )
+    views = tuple(
+        StepView(
+            step=st.step,
+            model_calls=tuple([frozen[id(x)] for x in st.model_calls]),
+            actions=tuple([frozen[id(x)] for x in st.actions]),
+            output=st.output,
+            completed=st.completed,
+            calls=None if st.calls is None else tuple(tuple([frozen[id(x)] for x in c]) for c in st.calls),
+        )
+        for st in s.steps
+    )
+    blocking = tuple(frozen[id(x)] for x in s.blocking())
+    if s.finished is not None:
+        status: Status = "finished"
+    elif blocking or s.waiting_requests():
+        status = "needs_operator"
+    else:
+        status = "resumable"
+    return Recovery(
+        run_id=s.started.run_id,
+        started=s.started,
+        finished=s.finished,
+        executions=tuple(frozen[id(x)] for x in s.order),
+        steps=views,
+        status=status,
+        blocking=blocking,
+        resolutions=tuple(s.resolutions),
+        requests=tuple(RequestView(r.result_id, r.kind, r.step, r.tool, r.args, r.request, r.decision, r.index)
+                       for r in s.requests.values()),
+        budgets=s.budgets,
+        overrides=tuple(s.overrides),
+    )

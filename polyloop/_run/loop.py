@@ -283,7 +283,7 @@ class _Run:
     async def go(self) -> RunResult:
         if self.resume is not None:
             await self.resume.open(self)  # before anything runs: validity, crash loop, the count
-        self.walker.live = True
+        self.walker.go_live()
         history = rebuild_history(self.walker)
         while True:
             nxt = plan(self.walker)

@@ -72,7 +72,7 @@ class Resume:
             await run._write(CrashLoopAccepted(resumes=nxt.resumes, reason=self.reason or "", by=by))
         if walker.minor >= 2 and callable(getattr(run.store, "write_resumed", None)):
             await run._write(Resumed(by=by))
-        walker.live = True
+        walker.go_live()
         if self.on_resume is not None:
             self.on_resume(describe(plan(walker), run.run_id))
 

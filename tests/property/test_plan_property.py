@@ -165,6 +165,6 @@ def test_a_walker_that_forgets_done_steps_plans_as_one_that_keeps_them(records):
     done = whole.completed_steps
     if done >= 2:
         # Only the open step and the last completed one keep their executions.
-        assert all(x.intent.step >= done for x in live._order)
+        assert all(x.intent.step >= done for x in live.order)
         with pytest.raises(RuntimeError, match="no verdict"):
             live.recovery()

@@ -101,7 +101,7 @@ def test_the_run_loop_never_stops_itself_for_a_crash_loop():
     # The crash-loop stop is what a resume finds; the resume that went on must not stop itself.
     w = walk([S(max_resumes_without_progress=1), resumed()], run_id="r")
     assert isinstance(plan(w), CrashLoopStop)
-    w.live = True
+    w.go_live()
     assert plan(w) == CallModel(1, 1)
 
 
