@@ -17,6 +17,7 @@ from .._log.model_port import Model
 from .._log.records import FinishReason, RunStarted, encode
 from .resume import Resume
 from .._log.store_port import Store
+from ..stores._jsonl import JsonlStore
 from .tools import Tool
 from .validity import checkpoint_config
 
@@ -246,8 +247,6 @@ class Agent:
                 or altered (docs/how-to/keep-intermediate-products.md); nothing ran.
         """
         if store is None:
-            from ..stores import JsonlStore
-
             store = JsonlStore(default_directory())
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         if max_steps is not None:
