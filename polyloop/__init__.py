@@ -9,7 +9,8 @@ silently repeats a side effect, but it cannot make a side effect and its log
 record one indivisible act.
 """
 
-from ._run.agent import Agent, RunResult, default_directory
+from ._run.agent import Agent, default_directory
+from ._run.result import RunResult
 from ._run.artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError

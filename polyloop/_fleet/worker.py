@@ -27,7 +27,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .._run.agent import Agent, RunResult
+from .._run.agent import Agent
+from .._run.result import RunResult
 from .plan import fresh_run_advice
 from .report import BatchRun, Status
 from .._log.errors import (
