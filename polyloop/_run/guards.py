@@ -21,7 +21,9 @@ from .._recovery.plan import AbortAction, Complete, ContinueAction, Reconcile, R
 from .artifacts import Artifacts
 from .._log.records import ActionResult, GuardCheck, Intent, Resolution, representable
 from .invoke import judge
-from .tools import Reconciled, Tool, ToolContext, call_guard, observation_text
+from .context import ToolContext
+from .observe import Reconciled, call_guard, observation_text
+from .tools import Tool
 
 if TYPE_CHECKING:
     from .run_port import RunPort

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .tools import Tool, ToolContext, call_guard, guard_verdict, observation_text
+from .context import ToolContext
+from .observe import call_guard, guard_verdict, observation_text
+from .tools import Tool
 
 
 async def judge(fn: Any, what: str, *args: Any) -> tuple[bool, str | None]:

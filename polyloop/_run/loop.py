@@ -79,7 +79,8 @@ from .history import assistant_turn, rebuild_history, tool_turn
 from .invoke import CancelledAfter, invoke, judge
 from .result import RunResult
 from .run_port import AgentPort
-from .tools import Tool, ToolContext
+from .context import ToolContext
+from .tools import Tool
 
 if TYPE_CHECKING:
     from .resume import Resume

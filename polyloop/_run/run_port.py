@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from .._log.records import Record
     from .._log.store_port import Store
     from .._recovery.walker import Walker
-    from .tools import Tool, ToolContext
+    from .context import ToolContext
+    from .tools import Tool
 
 
 class AgentPort(Protocol):
