@@ -9,7 +9,7 @@ go one way: agent -> loop -> these helpers -> this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -32,10 +32,6 @@ class AgentPort(Protocol):
     on_alert: Callable[[dict[str, Any]], Any] | None
     logic_version: str | None
     _origin: str | None  # the file that built the agent: the first one `logic_version="auto"` hashes
-
-    def config(self, max_steps: int | None = None, *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The configuration recorded in `run_started`."""
-        ...
 
 
 class RunPort(Protocol):
