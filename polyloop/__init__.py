@@ -9,7 +9,8 @@ silently repeats a side effect, but it cannot make a side effect and its log
 record one indivisible act.
 """
 
-from ._run.agent import Agent, RunResult, default_directory
+from ._run.agent import Agent, default_directory
+from ._run.result import RunResult
 from ._run.artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
@@ -69,7 +70,9 @@ from ._log.records import decode as decode_record
 from ._log.records import encode as encode_record
 from ._log.store_port import ArtifactStore, LockingStore, Store
 from ._run.target import load_target, resume_run, run_target
-from ._run.tools import Reconciled, Tool, ToolContext, ask_human, executed, not_executed, tool, unknown
+from ._run.context import ToolContext
+from ._run.observe import Reconciled, executed, not_executed, unknown
+from ._run.tools import Tool, ask_human, tool
 from ._operate.verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 

@@ -37,9 +37,9 @@ from .plan import (
     save_manifest,
 )
 from .report import BatchProgress, BatchReport, BatchRun, count
-from .._log.errors import TargetError
+from .._log.errors import StoreError, TargetError
 from .._run.target import load_target
-from ..stores import _postgres_class, store_kind
+from ..stores._url import store_kind
 
 DEFAULT_CONCURRENCY = 16
 # A run whose worker process died this many times in one invocation is reported
@@ -149,10 +149,7 @@ def run_batch(
     target = _canonical(target)
     keeper: _DirectoryBatch | Any
     if on_database:
-        _postgres_class()  # a clear StoreError when the postgres extra is missing
-        from .pg_batch import DatabaseBatch
-
-        keeper = DatabaseBatch(spec, name)
+        keeper = _database_batch(spec, name)
         wait_active = max(wait_active, lease + 2.0)
     else:
         keeper = _DirectoryBatch(Path(spec), name)
@@ -181,6 +178,15 @@ def _withdraw(keeper: Any, target: str, runs: dict[str, dict[str, Any]], foreign
     # can take another id without reading as a moved line.
     if foreign & runs.keys():
         keeper.save(target=target, runs={run_id: e for run_id, e in runs.items() if run_id not in foreign})
+
+
+def _database_batch(spec: str, name: str) -> Any:
+    """The batch's keeper in a database; a clear StoreError when the postgres extra is missing."""
+    try:
+        from .pg_batch import DatabaseBatch  # psycopg: imported only when a batch uses a database
+    except ImportError as exc:
+        raise StoreError(f"a PostgreSQL store needs psycopg: pip install 'polyloop[postgres]' ({exc})") from exc
+    return DatabaseBatch(spec, name)
 
 
 def _no_goals(goals: Any, is_file: bool) -> BatchError:

@@ -27,7 +27,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .._run.agent import Agent, RunResult
+from .._run.agent import Agent
+from .._run.result import RunResult
 from .plan import fresh_run_advice
 from .report import BatchRun, Status
 from .._log.errors import (
@@ -42,7 +43,8 @@ from .._log.errors import (
 )
 from .._operate.inspect import inspect_run
 from .._run.target import load_target
-from ..stores import JsonlStore, store_kind
+from ..stores._jsonl import JsonlStore
+from ..stores._url import store_kind
 
 STEPS_EVERY = 0.2
 
@@ -82,7 +84,7 @@ def _open_store(settings: dict[str, Any]) -> Any:
     """
     where = settings["directory"]
     if store_kind(where) == "postgresql":
-        from ..stores import PostgresStore
+        from ..stores._postgres import PostgresStore  # the postgres extra: only for a database
 
         size = max(2, min(int(settings.get("concurrency") or 1) + 1, 10))
         return PostgresStore(where, lease=float(settings.get("lease") or 15.0), max_connections=size)

@@ -16,7 +16,7 @@ import orjson
 from .._recovery.walker import Recovery, Walker
 from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
-from .._run.loop import held, verdict, walk_off_loop, write_settlement
+from .._run.hold import walked, write_settlement
 from .._log.records import Decision, DecisionKind, args_digest, representable
 from .._log.store_port import Store
 from .._log.who import REASON, said, settled_by
@@ -158,9 +158,7 @@ async def _decide(
     if writer is None:
         raise StoreError("the store cannot write decision records (log format 1.2): it lacks write_decision",
                          run_id=run_id)
-    async with held(store, run_id, must_exist=True) as records:
-        assert records is not None
-        walker = verdict(await walk_off_loop(records, run_id), run_id)
+    async with walked(store, run_id) as walker:
         r = _open_request(walker, run_id, request_id, kind)
         if expect_sha256 is not None and expect_sha256.lower() != r.request.args_sha256:
             raise DecisionError(

@@ -10,7 +10,7 @@ from .._run.artifacts import ProductCheck
 from .._recovery.walker import Execution, Recovery, Walker
 from .._log.errors import CheckpointError, CorruptLogError, Problem, ResolutionError
 from .._log.ids import check_run_id
-from .._run.loop import held, maybe_await, verdict, walk_off_loop, write_settlement
+from .._run.hold import maybe_await, walk_off_loop, walked, write_settlement
 from .._recovery.plan import (
     AlertStop,
     AwaitDecision,
@@ -460,9 +460,7 @@ async def mark_resolved(
     check_run_id(run_id)
     said(reason, REASON)
     who = settled_by(by)
-    async with held(store, run_id, must_exist=True) as records:
-        assert records is not None
-        walker = verdict(await walk_off_loop(records, run_id), run_id)
+    async with walked(store, run_id) as walker:
         _check_open_unknown(walker, run_id, result_id)
         record = Resolution(
             result_id=result_id,

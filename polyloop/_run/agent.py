@@ -5,18 +5,21 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .artifacts import check_products
 from .._recovery.walker import max_steps_of
 from .._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from .._log.ids import check_run_id, new_run_id
-from .loop import _Run, held, read_or_none, verdict, walk_off_loop
+from .hold import held, read_or_none, walk_checked
+from .loop import _Run
 from .._log.model_port import Model
-from .._log.records import FinishReason, RunStarted, encode
+from .._log.records import RunStarted, encode
+from .result import RunResult
 from .resume import Resume
 from .._log.store_port import Store
+from ..stores._jsonl import JsonlStore
 from .tools import Tool
 from .validity import checkpoint_config
 
@@ -26,33 +29,6 @@ DEFAULT_DIRECTORY = "runs"
 def default_directory() -> str:
     """Where runs live unless told otherwise: `$POLYLOOP_DIR`, else `./runs`."""
     return os.environ.get("POLYLOOP_DIR") or DEFAULT_DIRECTORY
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """How a run ended.
-
-    Attributes:
-        run_id: the run.
-        reason: `final_answer`, `max_steps`, `error` or `tool_failures` (a
-            tool failed its failure budget of times in a row; log format 1.2).
-        text: the final answer (None unless reason is `final_answer`).
-        steps: how many steps the run completed.
-        error: why it ended, when reason is `error` or `tool_failures`.
-        already_finished: the run had finished before this call (nothing ran).
-    """
-
-    run_id: str
-    reason: FinishReason
-    text: str | None
-    steps: int
-    error: str | None = None
-    already_finished: bool = field(default=False, compare=False)
-
-    @property
-    def final(self) -> str | None:
-        """The final answer; the same as `text`."""
-        return self.text
 
 
 class Agent:
@@ -246,53 +222,82 @@ class Agent:
                 or altered (docs/how-to/keep-intermediate-products.md); nothing ran.
         """
         if store is None:
-            from ..stores import JsonlStore
-
             store = JsonlStore(default_directory())
-        run_id = check_run_id(run_id) if run_id is not None else new_run_id()
-        if max_steps is not None:
-            _check_count("max_steps", max_steps)
         resume = Resume(inputs, accept_changes, accept_crash_loop, reason, by)
-        resume.check()
-        started = None
-        unreadable: InvalidInputError | None = None  # refuses a new run; a resume names it as a difference
-        if goal is not None:
-            # Everything a new run would record is checked before the first
-            # byte (lock file included) is written.
-            try:
-                config = self.config(max_steps, inputs=inputs)
-            except InvalidInputError as exc:
-                unreadable, config = exc, {}
-            started = RunStarted(run_id=run_id, goal=goal, target=target, config=config)
-            try:
-                encode(started)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"run {run_id!r} cannot be recorded: {exc}") from None
-        if unreadable is not None and (new or await read_or_none(store, run_id) is None):
-            raise unreadable  # a new run: refused before the lock (and its file) is taken
-        if new and await read_or_none(store, run_id) is not None:
-            raise RunExistsError(run_id)  # before the lock, which would trim a torn tail
-        async with held(store, run_id) as records:
-            if records is None:
-                if started is None:
-                    raise ValueError("a new run needs a goal (an empty string is allowed)")
-                if unreadable is not None:
-                    raise unreadable
-                await _write_started(store, started)
-                records = [started]
-                resume = None
-            elif new:
-                raise RunExistsError(run_id)
-            walker = verdict(await walk_off_loop(records, run_id), run_id)
-            assert walker.started is not None
-            if goal is not None and goal != walker.started.goal:
-                raise RunMismatchError(run_id, "goal", walker.started.goal, goal)
-            recorded = max_steps_of(walker.started)
-            if max_steps is not None and max_steps != recorded:
-                raise RunMismatchError(run_id, "max_steps", recorded, max_steps)
-            if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
-                await check_products(store, walker)
-            return await _Run(self, store, walker, resume).go()
+        ask = _ask(self, goal, run_id, target=target, max_steps=max_steps, new=new, inputs=inputs, resume=resume)
+        return await _start_or_resume(self, store, ask, resume)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What `Agent.run` was asked, checked before anything is read or written."""
+
+    run_id: str
+    goal: str | None
+    max_steps: int | None
+    new: bool
+    started: RunStarted | None  # what a new run records (None: no goal was given)
+    unreadable: InvalidInputError | None  # refuses a new run; a resume names it as a difference
+
+
+def _ask(
+    agent: Agent, goal: str | None, run_id: str | None, *, target: str | None, max_steps: int | None,
+    new: bool, inputs: Mapping[str, Any] | None, resume: Resume,
+) -> _Ask:
+    run_id = check_run_id(run_id) if run_id is not None else new_run_id()
+    if max_steps is not None:
+        _check_count("max_steps", max_steps)
+    resume.check()
+    started = None
+    unreadable: InvalidInputError | None = None
+    if goal is not None:
+        # Everything a new run would record is checked before the first
+        # byte (lock file included) is written.
+        try:
+            config = agent.config(max_steps, inputs=inputs)
+        except InvalidInputError as exc:
+            unreadable, config = exc, {}
+        started = RunStarted(run_id=run_id, goal=goal, target=target, config=config)
+        try:
+            encode(started)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"run {run_id!r} cannot be recorded: {exc}") from None
+    return _Ask(run_id, goal, max_steps, new, started, unreadable)
+
+
+async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -> RunResult:
+    """Hold the run, start it (no log yet) or walk its log, check it is the run asked for, and go."""
+    run_id = ask.run_id
+    if ask.unreadable is not None and (ask.new or await read_or_none(store, run_id) is None):
+        raise ask.unreadable  # a new run: refused before the lock (and its file) is taken
+    if ask.new and await read_or_none(store, run_id) is not None:
+        raise RunExistsError(run_id)  # before the lock, which would trim a torn tail
+    async with held(store, run_id) as records:
+        if records is None:
+            records = [await _start(store, ask)]
+            resume = None
+        elif ask.new:
+            raise RunExistsError(run_id)
+        walker = await walk_checked(records, run_id)
+        assert walker.started is not None
+        if ask.goal is not None and ask.goal != walker.started.goal:
+            raise RunMismatchError(run_id, "goal", walker.started.goal, ask.goal)
+        recorded = max_steps_of(walker.started)
+        if ask.max_steps is not None and ask.max_steps != recorded:
+            raise RunMismatchError(run_id, "max_steps", recorded, ask.max_steps)
+        if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
+            await check_products(store, walker)
+        return await _Run(agent, store, walker, resume).go()
+
+
+async def _start(store: Store, ask: _Ask) -> RunStarted:
+    """Write the first record of a new run (under its hold)."""
+    if ask.started is None:
+        raise ValueError("a new run needs a goal (an empty string is allowed)")
+    if ask.unreadable is not None:
+        raise ask.unreadable
+    await _write_started(store, ask.started)
+    return ask.started
 
 
 # A step budget beyond this is a typo, not a plan; it also keeps every count

@@ -318,7 +318,7 @@ class Artifacts:
     __slots__ = ("_run", "_result_id", "_loop", "_lock")
 
     def __init__(self, run: Any = None, result_id: str = "") -> None:
-        self._run = run  # the run loop's `_Run` (None: a context built by hand, without a run)
+        self._run = run  # the run (a `RunPort`; None: a context built by hand, without a run)
         self._result_id = result_id
         self._loop = asyncio.get_running_loop() if run is not None else None
         self._lock = asyncio.Lock() if run is not None else None
@@ -382,7 +382,7 @@ class Artifacts:
                 raise StoreError(
                     f"store failed to write product {name!r} of run {run.run_id!r}: {exc}", run_id=run.run_id
                 ) from exc
-            await run._write(
+            await run.write(
                 Artifact(result_id=self._result_id, name=name, path=path, size=len(content), sha256=digest)
             )
         return ArtifactRef(name, path, len(content), digest)

@@ -19,12 +19,12 @@ from .._log.ids import result_id as derive_result_id
 from .._log.records import ApprovalRequest, args_digest
 
 if TYPE_CHECKING:
-    from .loop import _Run
+    from .run_port import RunPort
     from .._recovery.plan import RunAction
     from .tools import Tool
 
 
-def check_recorded(run: _Run) -> None:
+def check_recorded(run: RunPort) -> None:
     """Refuse to go on with tools whose approval differs from what `run_started` recorded."""
     w = run.walker
     assert w.started is not None
@@ -40,7 +40,7 @@ def check_recorded(run: _Run) -> None:
             raise RunMismatchError(run.run_id, f"approval of tool {t.name!r}", w.approvals.get(t.name), given)
 
 
-def request_for(run: _Run, tool: Tool, nxt: RunAction) -> ApprovalRequest | None:
+def request_for(run: RunPort, tool: Tool, nxt: RunAction) -> ApprovalRequest | None:
     """The request to record when this call waits for a person (None: it need not wait).
 
     The run loop writes it (durable) before anything of the call runs and

@@ -2,8 +2,8 @@
 
 `polyloop._run.loop._Run.go` hands every guard `Next` (`ContinueAction`,
 `AbortAction`, `Verify`, `Rollback`, `Reconcile`, `Complete`) to
-`carry_out`, which does it intent first and writes through the run's own
-`_write`, so the walker judges every record it writes (docs/how-to/guard-a-side-effect.md).
+`carry_out`, which does it intent first and writes through the run's
+`write` (`polyloop._run.run_port.RunPort`), so the walker judges every record it writes (docs/how-to/guard-a-side-effect.md).
 """
 
 from __future__ import annotations
@@ -20,20 +20,23 @@ from .._log.model_port import _History
 from .._recovery.plan import AbortAction, Complete, ContinueAction, Reconcile, Rollback, Verify
 from .artifacts import Artifacts
 from .._log.records import ActionResult, GuardCheck, Intent, Resolution, representable
-from .tools import Reconciled, Tool, ToolContext, call_guard, observation_text
+from .invoke import judge
+from .context import ToolContext
+from .observe import Reconciled, call_guard, observation_text
+from .tools import Tool
 
 if TYPE_CHECKING:
-    from .loop import _Run
+    from .run_port import RunPort
 
 
-async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
+async def carry_out(run: RunPort, nxt: Any, history: _History) -> None:
     """Do one guard verdict of the planner."""
     if isinstance(nxt, Complete):
-        await run._complete(nxt.step, nxt.result_id, nxt.observation, nxt.is_error, nxt.tool, history)
+        await run.complete(nxt.step, nxt.result_id, nxt.observation, nxt.is_error, nxt.tool, history)
         return
     if isinstance(nxt, AbortAction):
         text = f"error: {nxt.tool} did not run: its precondition failed: {nxt.reason}"
-        await run._complete(nxt.step, nxt.result_id, text, True, nxt.tool, history)
+        await run.complete(nxt.step, nxt.result_id, text, True, nxt.tool, history)
         return
     tool = run.tools.get(nxt.tool)
     if tool is None:
@@ -44,7 +47,7 @@ async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
     ctx = ToolContext(run.run_id, nxt.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
     if isinstance(nxt, ContinueAction):
         ctx = dataclasses.replace(ctx, artifacts=Artifacts(run, intent.result_id))  # the tool runs: it may keep products
-        await run._execute(tool, ctx, intent.args, history)
+        await run.execute(tool, ctx, intent.args, history)
     elif isinstance(nxt, Verify):
         await _verify(run, tool, ctx, intent.args, nxt.observation)
     elif isinstance(nxt, Rollback):
@@ -54,27 +57,25 @@ async def carry_out(run: _Run, nxt: Any, history: _History) -> None:
         await _reconcile(run, tool, ctx, intent.args)
 
 
-async def _verify(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any], observation: str) -> None:
-    from .loop import _judge
-
+async def _verify(run: RunPort, tool: Tool, ctx: ToolContext, args: dict[str, Any], observation: str) -> None:
     assert tool.guards.verify is not None
-    passed, reason = await _judge(tool.guards.verify, "verification", args, observation, ctx)
+    passed, reason = await judge(tool.guards.verify, "verification", args, observation, ctx)
     kind = None if passed else tool.guards.rollback_kind
     # Durable before anyone is told and before any rollback: the alert's record.
-    await run._write(GuardCheck(result_id=ctx.result_id, guard="verify", passed=passed, reason=reason, rollback=kind))
+    await run.write(GuardCheck(result_id=ctx.result_id, guard="verify", passed=passed, reason=reason, rollback=kind))
     if not passed:
         run.alerted.add(ctx.result_id)
         await _alert(run, "verification_failed", tool, ctx, args, reason, kind)
 
 
-async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action: Any) -> None:
+async def _rollback(run: RunPort, tool: Tool, nxt: Rollback, intent: Intent, action: Any) -> None:
     assert tool.guards.rollback is not None and intent.idempotency_key is not None
     await redeliver(run, action)
     rid = result_id("rollback", nxt.step, nxt.attempt, intent.call)
     key = rollback_key(intent.idempotency_key)
     # Its own durable intent: a crash inside the rollback leaves an unknown
     # rollback that stops for an operator, never a silent repeat.
-    await run._write(
+    await run.write(
         Intent(kind="rollback", step=nxt.step, attempt=nxt.attempt, result_id=rid, tool=tool.name,
                args=intent.args, replay="never", idempotency_key=key, call=intent.call)
     )
@@ -96,9 +97,9 @@ async def _rollback(run: _Run, tool: Tool, nxt: Rollback, intent: Intent, action
                     await done
                 raise
             # A sync rollback's thread cannot be stopped: hold the run until it ends,
-            # then record what it did, as for a tool (polyloop._run.loop._invoke).
+            # then record what it did, as for a tool (polyloop._run.invoke.invoke).
             cancelled = True
-    await run._write(ActionResult(result_id=rid, observation=representable(observation), is_error=failed))
+    await run.write(ActionResult(result_id=rid, observation=representable(observation), is_error=failed))
     if cancelled:
         raise asyncio.CancelledError()
     if failed:
@@ -114,7 +115,7 @@ async def _undo(fn: Any, args: Any, returned: str, ctx: ToolContext) -> tuple[st
         return f"error: {type(exc).__name__}: {exc}", True
 
 
-async def _reconcile(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> None:
+async def _reconcile(run: RunPort, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> None:
     assert tool.guards.reconcile is not None
     try:
         found = await call_guard(tool.guards.reconcile, args, ctx)
@@ -128,9 +129,9 @@ async def _reconcile(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, An
         )
     if found.outcome == "unknown":
         reason = found.reason or "reconcile could not tell whether it happened"
-        await run._write(GuardCheck(result_id=ctx.result_id, guard="reconcile", passed=False, reason=reason))
+        await run.write(GuardCheck(result_id=ctx.result_id, guard="reconcile", passed=False, reason=reason))
         return  # the planner stops for an operator
-    await run._write(
+    await run.write(
         Resolution(
             result_id=ctx.result_id,
             outcome=found.outcome,
@@ -142,7 +143,7 @@ async def _reconcile(run: _Run, tool: Tool, ctx: ToolContext, args: dict[str, An
     )
 
 
-async def redeliver(run: _Run, action: Any) -> None:
+async def redeliver(run: RunPort, action: Any) -> None:
     """Tell `on_alert` about a failed verification no call in this process reported.
 
     The process that recorded it may have died before (or while) it called
@@ -163,7 +164,7 @@ async def redeliver(run: _Run, action: Any) -> None:
 
 
 async def _alert(
-    run: _Run, event: str, tool: Tool, ctx: ToolContext, args: dict[str, Any], reason: str | None, kind: str | None,
+    run: RunPort, event: str, tool: Tool, ctx: ToolContext, args: dict[str, Any], reason: str | None, kind: str | None,
     *, redelivered: bool = False,
 ) -> None:
     """Tell the agent's `on_alert` (the durable record is already written)."""

@@ -1,36 +1,31 @@
-"""The run loop: rebuild the history from the log, then carry out the planner's verdicts.
+"""The run loop: carry out the planner's verdicts on a run, from its walker's state to its end.
 
-Two separate pieces. `rebuild_history` turns what the log recorded into the
-history the model is given (pure). `_Run` executes live work: it asks the
-planner (`polyloop._recovery.plan.plan`) what comes next, does it intent first, and
-feeds every record it writes into the same `Walker` the reader uses, so the
-next decision is made from exactly what the log now says.
+`_Run` executes live work: it asks the planner (`polyloop._recovery.plan.plan`)
+what comes next, does it intent first, and feeds every record it writes into
+the same `Walker` the reader uses, so the next decision is made from exactly
+what the log now says. It implements `polyloop._run.run_port.RunPort` (its
+public `write`, `complete` and `execute`), through which the guard, approval,
+resume and product code act on it; the history it starts from is rebuilt by
+`polyloop._run.history`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import inspect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-
-from .._recovery.walker import Recovery, Walker, _tool_call, walk
-from .._log.codec import ParsedLog
+from .._recovery.walker import Walker
 from .._log.errors import (
     MAX_RETRY_AFTER,
     AlertError,
     ApprovalRequiredError,
-    CorruptLogError,
     ModelCallError,
     NeedsOperatorError,
     PolyLoopError,
     RunMismatchError,
-    RunNotFoundError,
     StoreError,
     TransientModelError,
 )
@@ -77,150 +72,18 @@ from .._log.records import (
     StepCompleted,
     representable,
 )
-from .._log.store_port import LockingStore, ProbingStore, Store
-from .tools import Tool, ToolContext, call_guard, guard_verdict, observation_text
+from .._log.store_port import Store
+from .decisions import check_recorded, request_for
+from .guards import carry_out, redeliver
+from .history import assistant_turn, rebuild_history, tool_turn
+from .invoke import CancelledAfter, invoke, judge
+from .result import RunResult
+from .run_port import AgentPort
+from .context import ToolContext
+from .tools import Tool
 
 if TYPE_CHECKING:
-    from .agent import Agent, RunResult
     from .resume import Resume
-
-# Classifying a log this long moves off the event loop (other runs share it).
-_OFF_LOOP_RECORDS = 2_000
-
-
-# -- reading once, under the lock ------------------------------------------------------
-
-
-async def read_or_none(store: Store, run_id: str) -> Sequence[Record] | None:
-    """The run's records, or None when it has no log; store failures become `StoreError`."""
-    try:
-        return await store.read_log(run_id)
-    except RunNotFoundError:
-        return None
-    except PolyLoopError:
-        raise
-    except Exception as exc:
-        raise StoreError(f"store failed to read run {run_id!r}: {exc}", run_id=run_id) from exc
-
-
-@contextlib.asynccontextmanager
-async def held(
-    store: Store, run_id: str, *, must_exist: bool = False
-) -> AsyncIterator[Sequence[Record] | None]:
-    """Hold the run (when the store can) and yield its records, read once under the hold.
-
-    A store whose lock hands back what it read while taking the hold (the
-    JSONL store parses the log to seal a torn tail) is not read again. With
-    `must_exist`, a run without a log raises the store's `RunNotFoundError`
-    before any hold is taken (so a mistyped id leaves nothing behind).
-    """
-    if must_exist and isinstance(store, ProbingStore) and not await maybe_await(store.exists(run_id)):
-        await store.read_log(run_id)  # raises the store's own RunNotFoundError
-    read = store.read_log if must_exist else functools.partial(read_or_none, store)
-    if not isinstance(store, LockingStore):
-        yield await read(run_id)
-        return
-    async with store.lock(run_id) as taken:
-        records = records_of(taken, run_id)
-        yield records if records is not None else await read(run_id)
-
-
-def records_of(taken: object, run_id: str) -> Sequence[Record] | None:
-    """The records a store's lock handed back (None: it handed back nothing)."""
-    if not isinstance(taken, ParsedLog):
-        return None
-    return taken.records_or_raise(run_id)
-
-
-async def maybe_await(value: Any) -> Any:
-    """`value`, awaited if it is awaitable (optional capabilities may be sync or async)."""
-    return await value if inspect.isawaitable(value) else value
-
-
-async def walk_off_loop(records: Sequence[Record], run_id: str) -> Walker:
-    """`walk` a log, in a thread when it is long enough to stall other runs."""
-    if len(records) < _OFF_LOOP_RECORDS:
-        return walk(records, run_id=run_id)
-    return await asyncio.to_thread(walk, records, run_id=run_id)
-
-
-async def write_settlement(writer: Any, walker: Walker, run_id: str, record: Record, what: str) -> Recovery:
-    """Write a person's settlement (a resolution, a decision) of a held run; return the new verdict.
-
-    Store failures become `StoreError` naming `what` was being written.
-    """
-    try:
-        await writer(run_id, record)
-    except PolyLoopError:
-        raise
-    except Exception as exc:
-        raise StoreError(f"store failed to write the {what}: {exc}", run_id=run_id) from exc
-    walker.feed(record)
-    recovery = walker.recovery()
-    assert recovery is not None
-    return recovery
-
-
-def verdict(walker: Walker, run_id: str) -> Walker:
-    """`walker`, or `CorruptLogError` if the log it read breaks a rule."""
-    if walker.problems or walker.started is None:
-        raise CorruptLogError(run_id, walker.problems)
-    return walker
-
-
-# -- the history, rebuilt from the log --------------------------------------------------
-
-
-def assistant_turn(output: dict[str, Any] | None, model_rid: str, several: bool = False) -> dict[str, Any]:
-    """The history message of a model's answer (`several`: its step runs every tool call, 1.2)."""
-    out = output or {}
-    call = out.get("tool_call")
-    turn = {
-        "role": "assistant",
-        "content": out.get("text"),
-        "tool_call": None if call is None else {"id": model_rid, "name": call["name"], "args": call["args"]},
-    }
-    calls = out.get("tool_calls")
-    if several and calls and len(calls) > 1:
-        n = len(calls)
-        listed = [{"id": call_id(model_rid, k, n), "name": c["name"], "args": c["args"]} for k, c in enumerate(calls, 1)]
-        turn["tool_call"] = listed[0]
-        turn["tool_calls"] = listed
-    return turn
-
-
-def rebuild_history(walker: Walker) -> _History:
-    """The history the model saw, rebuilt from the recorded steps (no model, no tool)."""
-    history = _History()
-    started = walker.started
-    assert started is not None
-    system = started.config.get("system")
-    if system:
-        history.append({"role": "system", "content": system})
-    history.append({"role": "user", "content": started.goal})
-    several = walker.minor >= 2
-    for st in walker.steps:
-        if st.output is None:
-            break
-        rid = st.output.result_id
-        history.append(assistant_turn(st.output.output, rid, several))
-        done = st.completed
-        if done is None:
-            continue
-        if done.calls is not None:
-            n = len(done.calls)
-            for k, c in enumerate(done.calls, start=1):
-                history.append(_tool_turn(call_id(rid, k, n), c["tool"], c["observation"]))
-            continue
-        call = _tool_call(st.output)
-        if call is not None:
-            history.append(_tool_turn(rid, call["name"], done.observation or ""))
-    return history
-
-
-def _tool_turn(model_rid: str, name: str, observation: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": model_rid, "name": name, "content": observation}
-
 
 # -- live execution ---------------------------------------------------------------------
 
@@ -237,7 +100,7 @@ def _usage_json(usage: Any) -> dict[str, int] | None:
 class _Run:
     """One pass of the loop over a run, from its walker's state to its end."""
 
-    def __init__(self, agent: Agent, store: Store, walker: Walker, resume: Resume | None = None) -> None:
+    def __init__(self, agent: AgentPort, store: Store, walker: Walker, resume: Resume | None = None) -> None:
         assert walker.started is not None
         self.resume = resume  # None: a new run, nothing to check before it goes
         self.agent = agent
@@ -276,8 +139,6 @@ class _Run:
                 c.get("name") == t.name for c in walker.started.config.get("tools") or []
             ):
                 raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
-        from .decisions import check_recorded
-
         check_recorded(self)
 
     async def go(self) -> RunResult:
@@ -292,9 +153,9 @@ class _Run:
             elif isinstance(nxt, RunAction):
                 await self._act(nxt, history)
             elif isinstance(nxt, ReuseResolution):
-                await self._complete(nxt.step, nxt.result_id, nxt.observation, False, nxt.tool, history)
+                await self.complete(nxt.step, nxt.result_id, nxt.observation, False, nxt.tool, history)
             elif isinstance(nxt, CompleteFinal):
-                await self._write(StepCompleted(step=nxt.step, result_id=None, observation=None))
+                await self.write(StepCompleted(step=nxt.step, result_id=None, observation=None))
             elif isinstance(nxt, FinishFinal):
                 return await self._finish("final_answer", nxt.text)
             elif isinstance(nxt, FinishBudget):
@@ -310,10 +171,8 @@ class _Run:
             elif isinstance(nxt, AwaitDecision):
                 raise ApprovalRequiredError(self.run_id, nxt.requests)
             elif isinstance(nxt, Decided):
-                await self._complete(nxt.step, None, nxt.observation, nxt.is_error, nxt.tool, history)
+                await self.complete(nxt.step, None, nxt.observation, nxt.is_error, nxt.tool, history)
             elif isinstance(nxt, AlertStop):
-                from .guards import redeliver
-
                 for e in nxt.executions:
                     if e.kind == "action":
                         await redeliver(self, self.walker.execution(e.result_id))
@@ -327,13 +186,11 @@ class _Run:
                 return self._recorded_result()
 
     def _recorded_result(self) -> RunResult:
-        from .agent import RunResult
-
         f = self.walker.finished
         assert f is not None
         return RunResult(self.run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
 
-    async def _write(self, record: Record) -> None:
+    async def write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
         # One write at a time, fed to the walker in the order the log holds them.
         async with self._writing:
@@ -369,7 +226,7 @@ class _Run:
     async def _call_model(self, nxt: CallModel, history: _History) -> None:
         step, attempt = nxt.step, nxt.attempt
         rid = f"s{step}-m{attempt}"
-        await self._write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
+        await self.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
         try:
             output = await self.agent.model.complete(history.view(), self.specs)
             if not isinstance(output, ModelOutput):
@@ -377,7 +234,7 @@ class _Run:
         except (Exception, SystemExit) as exc:  # SystemExit: a model does not pick our exit code
             error = representable(f"{type(exc).__name__}: {exc}")
             spent = _usage_json(getattr(exc, "usage", None))
-            await self._write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent))
+            await self.write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent))
             if attempt >= self.walker.max_attempts:
                 return  # the planner finishes the run: the budget is spent
             if not isinstance(exc, TransientModelError):
@@ -388,20 +245,20 @@ class _Run:
             await asyncio.sleep(backoff)
             return
         out = _storable(output.to_json())
-        await self._write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
+        await self.write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
         history.append(assistant_turn(out, rid, self.walker.minor >= 2))
 
     async def _act(self, nxt: RunAction, history: _History) -> None:
         prepared = self._prepare(nxt)
         if isinstance(prepared, str):
-            await self._complete(nxt.step, None, prepared, True, nxt.tool, history)
+            await self.complete(nxt.step, None, prepared, True, nxt.tool, history)
             return
         if isinstance(prepared, ApprovalRequest):
-            await self._write(prepared)  # durable before the run says it waits (planner: AwaitDecision)
+            await self.write(prepared)  # durable before the run says it waits (planner: AwaitDecision)
             return
         tool, intent = prepared
-        await self._write(intent)
-        await self._execute(tool, _context(self, intent), nxt.args, history)
+        await self.write(intent)
+        await self.execute(tool, _context(self, intent), nxt.args, history)
 
     def _prepare(self, nxt: RunAction) -> tuple[Tool, Intent] | ApprovalRequest | str:
         """The tool and intent of an action; or the request to write when the call waits for a
@@ -418,8 +275,6 @@ class _Run:
             # schema never reach it; the model reads why and may try again.
             return f"error: {invalid}"
         if nxt.why == "first":
-            from .decisions import request_for
-
             request = request_for(self, tool, nxt)
             if request is not None:
                 return request  # the call waits for a person: nothing of it runs
@@ -473,7 +328,7 @@ class _Run:
                 work.append((move, self.tools.get(move.tool), None))
         if requests:
             for request in requests:  # every request of the step before the run says it waits
-                await self._write(request)
+                await self.write(request)
             return  # none of the step's calls runs: the planner now says AwaitDecision
         if not work:
             await self._complete_calls(nxt, history)
@@ -498,13 +353,13 @@ class _Run:
             await self._guarded(move, history)
             return
         assert tool is not None
-        await self._execute(tool, _context(self, intent), move.args, history)
+        await self.execute(tool, _context(self, intent), move.args, history)
 
     async def _write_all(self, intents: list[Intent]) -> None:
         """Make the intents durable before any of their calls runs (one durable write if the store can)."""
         if self._write_intents is None or len(intents) == 1:
             for intent in intents:
-                await self._write(intent)
+                await self.write(intent)
             return
         async with self._writing:
             await self._stored(self._write_intents(self.run_id, intents), intents)
@@ -520,27 +375,27 @@ class _Run:
             else:
                 rid, text, is_error = _settled(move)
                 outcomes.append({"result_id": rid, "tool": move.tool, "observation": _storable(text), "is_error": is_error})
-        await self._write(StepCompleted(step=step, result_id=None, observation=None, calls=outcomes))
+        await self.write(StepCompleted(step=step, result_id=None, observation=None, calls=outcomes))
         model = self.walker.steps[step - 1].output
         assert model is not None
         n = len(outcomes)
         for k, c in enumerate(outcomes, start=1):
-            history.append(_tool_turn(call_id(model.result_id, k, n), c["tool"], c["observation"]))
+            history.append(tool_turn(call_id(model.result_id, k, n), c["tool"], c["observation"]))
 
-    async def _execute(self, tool: Tool, ctx: ToolContext, args: dict[str, Any], history: _History) -> None:
+    async def execute(self, tool: Tool, ctx: ToolContext, args: dict[str, Any], history: _History) -> None:
         """Run an action whose intent is durable: precondition, the tool, and its outcome."""
         rid = ctx.result_id
         pre = tool.guards.precondition
         if pre is not None:
             # Recorded (durably) before the tool runs: an intent without this
             # record is an action that provably did not run.
-            passed, reason = await _judge(pre, "precondition", args, ctx)
-            await self._write(GuardCheck(result_id=rid, guard="precondition", passed=passed, reason=reason))
+            passed, reason = await judge(pre, "precondition", args, ctx)
+            await self.write(GuardCheck(result_id=rid, guard="precondition", passed=passed, reason=reason))
             if not passed:
                 return  # the planner completes the step: AbortAction
         try:
-            observation, is_error = await _invoke(tool, args, ctx)
-        except _CancelledAfter as late:
+            observation, is_error = await invoke(tool, args, ctx)
+        except CancelledAfter as late:
             # The tool's thread ended after the run was cancelled: its outcome
             # is known, so record it rather than leave an unknown behind.
             await self._outcome(tool, ctx, *late.outcome, history)
@@ -555,32 +410,28 @@ class _Run:
             # A call of a step of several reports its outcome on its own (the
             # step completes with all of them); a verified tool's result waits
             # for its verification (planner: Verify).
-            await self._write(ActionResult(result_id=rid, observation=representable(observation), is_error=is_error))
+            await self.write(ActionResult(result_id=rid, observation=representable(observation), is_error=is_error))
             return
             # The step is not done until the target is read back (planner: Verify).
-            await self._write(ActionResult(result_id=rid, observation=representable(observation)))
+            await self.write(ActionResult(result_id=rid, observation=representable(observation)))
             return
-        await self._complete(step, rid, observation, is_error, tool.name, history)
+        await self.complete(step, rid, observation, is_error, tool.name, history)
 
     async def _guarded(self, nxt: Any, history: _History) -> None:
-        from .guards import carry_out
-
         await carry_out(self, nxt, history)
 
-    async def _complete(
+    async def complete(
         self, step: int, rid: str | None, observation: str, is_error: bool, tool: str, history: _History
     ) -> None:
         observation = _storable(observation)
-        await self._write(StepCompleted(step=step, result_id=rid, observation=observation, is_error=is_error))
+        await self.write(StepCompleted(step=step, result_id=rid, observation=observation, is_error=is_error))
         model = self.walker.steps[step - 1].output
         assert model is not None
-        history.append(_tool_turn(model.result_id, tool, observation))
+        history.append(tool_turn(model.result_id, tool, observation))
 
     async def _finish(self, reason: FinishReason, text: str | None, error: str | None = None) -> RunResult:
-        from .agent import RunResult
-
         steps = self.walker.completed_steps
-        await self._write(RunFinished(reason=reason, result=text, steps=steps, error=error))
+        await self.write(RunFinished(reason=reason, result=text, steps=steps, error=error))
         return RunResult(self.run_id, reason, text, steps, error)
 
 
@@ -647,58 +498,3 @@ def _storable(value: Any) -> Any:
         return value
     except (UnicodeEncodeError, TypeError):
         return representable(value)
-
-
-async def _judge(fn: Any, what: str, *args: Any) -> tuple[bool, str | None]:
-    """(passed, reason) of a precondition or verify; an exception fails it, with its text."""
-    try:
-        return guard_verdict(await call_guard(fn, *args))
-    except asyncio.CancelledError:
-        raise
-    except (Exception, SystemExit) as exc:
-        return False, f"the {what} raised {type(exc).__name__}: {exc}"
-
-
-async def _invoke(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
-    """Run a tool; its failure is data (an error observation), never a crash of the run.
-
-    An async tool is cancelled with the run (its outcome is then unknown,
-    as after a crash). A synchronous tool runs in a thread that cancellation
-    cannot stop. When
-    the run is cancelled (Ctrl-C) meanwhile, this waits for the thread to end
-    before letting the cancellation through, so the run's lock is never
-    released while an action this process started may still be running; the
-    outcome, known by then, is returned for the caller to record.
-    """
-    if tool.is_async:
-        return await _call(tool, args, ctx)  # cancelled with the run, like any coroutine
-    done = asyncio.ensure_future(_call(tool, args, ctx))
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(done)
-            break
-        except asyncio.CancelledError:
-            if done.done() and done.cancelled():
-                raise
-            cancelled = True  # the thread runs on: wait for it, holding the run
-    if cancelled:
-        raise _CancelledAfter(result)
-    return result
-
-
-class _CancelledAfter(asyncio.CancelledError):
-    """Cancelled while a tool thread ran; carries the outcome it reached meanwhile."""
-
-    def __init__(self, outcome: tuple[str, bool]) -> None:
-        super().__init__()
-        self.outcome = outcome
-
-
-async def _call(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
-    try:
-        return observation_text(await tool.invoke(args, ctx)), False
-    except asyncio.CancelledError:
-        raise
-    except (Exception, SystemExit) as exc:  # SystemExit: a tool does not pick polyloop's exit code
-        return f"error: {type(exc).__name__}: {exc}", True

@@ -24,7 +24,7 @@ from .validity import differences, refusal
 from .._log.who import BY, REASON, said, settled_by
 
 if TYPE_CHECKING:
-    from .loop import _Run
+    from .run_port import RunPort
 
 
 @dataclass(slots=True)
@@ -47,7 +47,7 @@ class Resume:
         said(self.reason, REASON)
         said(self.by, BY)
 
-    async def open(self, run: _Run) -> None:
+    async def open(self, run: RunPort) -> None:
         walker = run.walker
         nxt = plan(walker)
         if not compares_checkpoint(nxt):
@@ -64,14 +64,14 @@ class Resume:
         if diffs:
             if not self.accept_changes:
                 raise refusal(run.run_id, diffs)
-            await run._write(CheckpointAccepted(differences=diffs, reason=self.reason or "", by=by))
+            await run.write(CheckpointAccepted(differences=diffs, reason=self.reason or "", by=by))
         if isinstance(nxt, CrashLoopStop):
             if not self.accept_crash_loop:
                 tool = getattr(nxt.execution, "tool", None)
                 raise CrashLoopError(run.run_id, nxt.resumes, nxt.limit, nxt.step, tool)
-            await run._write(CrashLoopAccepted(resumes=nxt.resumes, reason=self.reason or "", by=by))
+            await run.write(CrashLoopAccepted(resumes=nxt.resumes, reason=self.reason or "", by=by))
         if walker.minor >= 2 and callable(getattr(run.store, "write_resumed", None)):
-            await run._write(Resumed(by=by))
+            await run.write(Resumed(by=by))
         walker.go_live()
         if self.on_resume is not None:
             self.on_resume(describe(plan(walker), run.run_id))

@@ -11,13 +11,15 @@ from pathlib import Path
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .agent import Agent, RunResult
+from .agent import Agent
 from .artifacts import check_products
 from .._log.errors import NeedsOperatorError, PolyLoopError, TargetError
 from .._files import NotRegularFileError, check_regular, read_regular
 from .._log.ids import check_run_id
-from .loop import _Run, held, verdict, walk_off_loop
+from .hold import walked
+from .loop import _Run
 from .._recovery.plan import Finished, NeedsOperator, plan
+from .result import RunResult
 from .resume import Resume
 from .._log.store_port import Store
 
@@ -212,9 +214,7 @@ async def resume_run(
     check_run_id(run_id)
     resume = Resume(inputs, accept_changes, accept_crash_loop, reason, by, on_resume)
     resume.check()
-    async with held(store, run_id, must_exist=True) as records:
-        assert records is not None
-        walker = verdict(await walk_off_loop(records, run_id), run_id)
+    async with walked(store, run_id) as walker:
         nxt = plan(walker)
         if isinstance(nxt, Finished) and walker.finished is not None:
             f = walker.finished

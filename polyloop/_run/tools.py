@@ -1,30 +1,21 @@
-"""Tools: the `tool` decorator, the replay policy and the context a tool receives.
+"""Tools: the `tool` decorator, the replay policy and the guards a tool declares.
 
 A tool's JSON Schema and the validation of the arguments a model sends both
-come from one pydantic model built from the function's signature, so what the
-model is shown and what is checked cannot disagree.
+come from one pydantic model built from the function's signature
+(`polyloop._run.schema`), so what the model is shown and what is checked
+cannot disagree. The context a tool receives is `polyloop._run.context`;
+what a tool or guard returns becomes what the run records in `polyloop._run.observe`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
-import re
-import sys
-import typing
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Union, overload
+from typing import Any, Literal, Union, overload
 
-import orjson
-
-from .artifacts import NO_ARTIFACTS, Artifacts
-from .._log.records import representable
-
-if TYPE_CHECKING:
-    import pydantic
+from .context import ToolContext
+from .schema import BadArguments, Signature, split_docstring
 
 Replay = Literal["safe", "never"]
 RollbackKind = Literal["undo", "compensate", "alert"]
@@ -33,40 +24,6 @@ Approval = Union[Literal["required"], Callable[[dict[str, Any]], Any], None]
 # Validated arguments kept between a call's check and its invocation, per tool:
 # enough for every run of a large batch to have one call in flight.
 _CHECKED_KEPT = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """What a tool learns about the execution it is part of.
-
-    Declare a parameter named `ctx` (or annotated `ToolContext`) to receive it.
-
-    Attributes:
-        run_id: the run.
-        step: the step (from 1).
-        attempt: the attempt of this action within the step (from 1); a replay
-            of an unknown `safe` action, or a re-run after an operator said
-            `not_executed`, has a higher attempt.
-        result_id: the id its result is stored under.
-        idempotency_key: the same for every attempt of this logical action;
-            pass it to external services so they can de-duplicate.
-        call: which of the step's tool calls this is (from 1) when the model
-            asked for several at once; None for a step's only call.
-        artifacts: store and read the run's intermediate products
-            (`ctx.artifacts.write(name, data)` returns an `ArtifactRef`;
-            docs/how-to/keep-intermediate-products.md). Meant for the tool
-            itself: a rollback's context, one a resumed run gives a verify
-            or reconcile guard, and one built by hand have none (using it
-            raises `RuntimeError`).
-    """
-
-    run_id: str
-    step: int
-    attempt: int
-    result_id: str
-    idempotency_key: str
-    call: int | None = None
-    artifacts: Artifacts = field(default=NO_ARTIFACTS, repr=False, compare=False)
 
 
 class Tool:
@@ -107,11 +64,11 @@ class Tool:
         self.fn = fn
         self.name = name or fn.__name__
         doc = inspect.getdoc(fn) or ""
-        summary, arg_docs = _split_docstring(doc)
+        summary, arg_docs = split_docstring(doc)
         self.description = description if description is not None else summary
         self.replay: Replay = replay
         self.is_async = inspect.iscoroutinefunction(fn)
-        sig = _Signature(fn, arg_docs)
+        sig = Signature(fn, arg_docs)
         self._sig = sig
         self._checked: dict[int, tuple[Any, Any]] = {}
         self.parameters = sig.schema()
@@ -245,7 +202,7 @@ class Tool:
         """
         try:
             validated = self._sig.validate(args)
-        except _BadArguments as exc:
+        except BadArguments as exc:
             return f"invalid arguments for tool {self.name!r}: {exc}"
         # The run loop checks, then invokes with the same dict after the
         # intent's fsync: keep the validated values for that call, by the
@@ -277,7 +234,7 @@ class Tool:
         else:
             try:
                 call_args, kwargs = self._sig.validate(args)
-            except _BadArguments as exc:
+            except BadArguments as exc:
                 raise TypeError(f"invalid arguments for tool {self.name!r}: {exc}") from None
         kwargs = dict(kwargs)
         if self._sig.ctx_param is not None:
@@ -298,273 +255,6 @@ class _Guards:
         self.rollback: Callable[..., Any] | None = None
         self.rollback_kind: RollbackKind | None = None
         self.reconcile: Callable[..., Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciled:
-    """What a `reconcile` guard found: build it with `executed`, `not_executed` or `unknown`.
-
-    Attributes:
-        outcome: `"executed"`, `"not_executed"` or `"unknown"`.
-        observation: with `executed`, what the model reads as the action's result.
-        reason: with `unknown`, why the world could not tell (shown to the operator).
-    """
-
-    outcome: Literal["executed", "not_executed", "unknown"]
-    observation: str | None = None
-    reason: str | None = None
-
-
-def executed(observation: Any = "") -> Reconciled:
-    """The action did happen; `observation` (made text like a tool's return value) completes it."""
-    return Reconciled("executed", observation=observation_text(observation))
-
-
-def not_executed() -> Reconciled:
-    """The action did not happen: resume runs it again (its precondition is checked again)."""
-    return Reconciled("not_executed")
-
-
-def unknown(reason: str | None = None) -> Reconciled:
-    """The world cannot tell: the run stops for an operator, as without reconcile."""
-    return Reconciled("unknown", reason=reason)
-
-
-async def call_guard(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a guard, sync ones in a worker thread so the event loop others share never waits."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
-    value = await asyncio.to_thread(fn, *args)
-    if inspect.isawaitable(value):
-        value = await value
-    return value
-
-
-def guard_verdict(value: Any) -> tuple[bool, str | None]:
-    """(passed, reason) for what a precondition or verify returned: only `True` passes."""
-    if value is True:
-        return True, None
-    if value is False:
-        return False, None
-    if isinstance(value, str):
-        return False, value
-    return False, f"the guard returned {type(value).__name__}, not True, False or a reason"
-
-
-def observation_text(value: Any) -> str:
-    """What the model reads for a tool's return value.
-
-    A `str` is used as is and None becomes "". Pydantic models are dumped in
-    JSON mode, dataclasses through `dataclasses.asdict`, and everything else
-    is serialized as JSON (values JSON cannot hold are written with `str`).
-    """
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if _is_model(value):
-        value = value.model_dump(mode="json")
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = dataclasses.asdict(value)
-    try:
-        return orjson.dumps(value, default=_json_default).decode()
-    except TypeError:  # text UTF-8 cannot carry, e.g. a file name from os.listdir
-        return orjson.dumps(representable(value), default=_json_default).decode()
-
-
-def _is_model(value: Any) -> bool:
-    pydantic = sys.modules.get("pydantic")  # not loaded: no value can be a pydantic model
-    return pydantic is not None and isinstance(value, pydantic.BaseModel)
-
-
-def _json_default(value: Any) -> Any:
-    if _is_model(value):
-        return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return str(value)
-
-
-class _BadArguments(Exception):
-    """The arguments do not fit the schema; the message is one line for the model."""
-
-
-class _Signature:
-    """The pydantic model of a tool's parameters: its schema, and the validation of arguments."""
-
-    def __init__(self, fn: Callable[..., Any], arg_docs: dict[str, str]) -> None:
-        # Imported here, not at the top: `import polyloop` (and so `polyloop inspect`, `verify`)
-        # stays free of pydantic's import cost; the first tool declared pays it.
-        import pydantic
-        sig = inspect.signature(fn)
-        try:
-            hints = typing.get_type_hints(fn, include_extras=True)
-        except Exception:  # unresolvable annotations only cost the schema its types
-            hints = {}
-        self.ctx_param: str | None = None
-        self.positional: list[str] = []
-        self.var_keyword = False
-        fields: dict[str, Any] = {}
-        for pname, param in sig.parameters.items():
-            hint = hints.get(pname, param.annotation)
-            if pname == "ctx" or hint is ToolContext or hint == "ToolContext":
-                self.ctx_param = pname
-                continue
-            if param.kind is param.VAR_KEYWORD:
-                self.var_keyword = True
-                continue
-            if param.kind is param.VAR_POSITIONAL:
-                continue
-            if param.kind is param.POSITIONAL_ONLY:
-                self.positional.append(pname)
-            # Internal field names, the parameter's name as alias: a parameter may be called
-            # `json`, `copy` or `model_id` without clashing with pydantic's own attributes.
-            fields[f"p{len(fields)}"] = _field(pname, hint, param.default, arg_docs.get(pname))
-        self.names = {f"p{i}": info[1].alias for i, info in enumerate(fields.values())}
-        config = pydantic.ConfigDict(extra="allow" if self.var_keyword else "forbid")
-        self.model: type[pydantic.BaseModel] = pydantic.create_model(  # type: ignore[call-overload]
-            f"{getattr(fn, '__name__', 'tool')}_arguments", __config__=config, **fields
-        )
-
-    def schema(self) -> dict[str, Any]:
-        from pydantic.json_schema import PydanticJsonSchemaWarning
-
-        with warnings.catch_warnings():
-            # a default JSON cannot hold is left out of the schema, which is what we want
-            warnings.simplefilter("ignore", PydanticJsonSchemaWarning)
-            raw = self.model.model_json_schema()
-        raw = _strip_titles(raw)
-        out: dict[str, Any] = {
-            "type": "object",
-            "properties": raw.get("properties", {}),
-            "required": raw.get("required", []),
-        }
-        if not self.var_keyword:
-            out["additionalProperties"] = False
-        if "$defs" in raw:
-            out["$defs"] = raw["$defs"]
-        return out
-
-    def validate(self, args: Any) -> tuple[list[Any], dict[str, Any]]:
-        import pydantic
-
-        if not isinstance(args, dict):
-            raise _BadArguments(f"the arguments must be a JSON object, not {_kind(args)}")
-        try:
-            model = self.model.model_validate(args)
-        except pydantic.ValidationError as exc:
-            raise _BadArguments(_errors_line(exc)) from None
-        kwargs = {alias: getattr(model, name) for name, alias in self.names.items()}
-        if model.model_extra:
-            kwargs.update(model.model_extra)
-        positional = [kwargs.pop(name) for name in self.positional]
-        return positional, kwargs
-
-
-def _field(name: str, hint: Any, default: Any, doc: str | None) -> tuple[Any, Any]:
-    import pydantic
-
-    if hint is inspect.Parameter.empty or isinstance(hint, str) or not _schema_ok(hint):
-        hint = Any
-    extra: dict[str, Any] = {"alias": name}
-    if doc and not _has_description(hint):
-        extra["description"] = doc
-    if default is not inspect.Parameter.empty:
-        extra["default"] = default
-    return hint, pydantic.Field(**extra)
-
-
-def _schema_ok(hint: Any) -> bool:
-    import pydantic
-
-    try:
-        pydantic.TypeAdapter(hint).json_schema()
-    except Exception:  # a type pydantic cannot describe is offered to the model as any value
-        return False
-    return True
-
-
-def _has_description(hint: Any) -> bool:
-    from pydantic.fields import FieldInfo
-
-    if typing.get_origin(hint) is not typing.Annotated:
-        return False
-    return any(isinstance(m, FieldInfo) and m.description for m in hint.__metadata__)
-
-
-def _strip_titles(node: Any) -> Any:
-    """The schema without pydantic's generated `title`s (noise for a model), keeping properties named title."""
-    if isinstance(node, list):
-        return [_strip_titles(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for key, value in node.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key in ("properties", "$defs") and isinstance(value, dict):
-            out[key] = {k: _strip_titles(v) for k, v in value.items()}
-        else:
-            out[key] = _strip_titles(value)
-    return out
-
-
-def _errors_line(exc: Any) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-        msg = err["msg"]
-        if err["type"] == "missing":
-            msg = "required field missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unexpected field"
-        else:
-            msg = f"{msg} (got {_shown(err.get('input'))})"
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _kind(value: Any) -> str:
-    return {list: "an array", str: "a string", type(None): "null"}.get(type(value), type(value).__name__)
-
-
-_SECTION = re.compile(r"^(Args|Arguments|Parameters)\s*:\s*$")
-_ENTRY = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
-def _split_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """(the docstring without its Google-style Args section, {parameter: description})."""
-    lines = doc.splitlines()
-    start = next((i for i, line in enumerate(lines) if _SECTION.match(line.strip())), None)
-    if start is None:
-        return doc, {}
-    head_indent = _indent(lines[start])
-    end = start + 1
-    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > head_indent):
-        end += 1
-    found: dict[str, list[str]] = {}
-    entry_indent, current = None, None
-    for line in lines[start + 1 : end]:
-        if not line.strip():
-            continue
-        m = _ENTRY.match(line.strip())
-        if m and (entry_indent is None or _indent(line) <= entry_indent):
-            entry_indent, current = _indent(line), m.group(1).lstrip("*")
-            found[current] = [m.group(2).strip()]
-        elif current is not None:
-            found[current].append(line.strip())
-    rest = lines[:start] + lines[end:]
-    summary = "\n".join(rest).strip()
-    return summary, {k: " ".join(p for p in v if p) for k, v in found.items()}
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
 
 
 @overload
@@ -672,16 +362,16 @@ class _AskHuman(Tool):
         self.guards = _Guards()
         self.fn = _ask_human
         self.name = "ask_human"
-        self.description, _ = _split_docstring(inspect.getdoc(_ask_human) or "")
+        self.description, _ = split_docstring(inspect.getdoc(_ask_human) or "")
         self.replay = "never"
         self.is_async = False
         self._checked = {}
-        self._lazy: _Signature | None = None
+        self._lazy: Signature | None = None
 
     @property
-    def _sig(self) -> _Signature:  # type: ignore[override]
+    def _sig(self) -> Signature:  # type: ignore[override]
         if self._lazy is None:
-            self._lazy = _Signature(_ask_human, _split_docstring(inspect.getdoc(_ask_human) or "")[1])
+            self._lazy = Signature(_ask_human, split_docstring(inspect.getdoc(_ask_human) or "")[1])
         return self._lazy
 
     @property

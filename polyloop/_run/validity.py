@@ -32,7 +32,7 @@ from .._log.errors import CheckpointError, InvalidInputError
 from .._files import NotRegularFileError, open_regular
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .run_port import AgentPort
     from .._log.records import CheckpointAccepted, RunStarted
 
 _CHUNK = 1 << 20
@@ -117,7 +117,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def config_hashes(agent: Agent) -> dict[str, str]:
+def config_hashes(agent: AgentPort) -> dict[str, str]:
     """A SHA-256 per part of the agent's configuration: `system`, `model`, `tool NAME`.
 
     A tool's part covers its name, description, argument schema, replay
@@ -134,7 +134,7 @@ def config_hashes(agent: Agent) -> dict[str, str]:
     return parts
 
 
-def source_files(agent: Agent) -> list[str]:
+def source_files(agent: AgentPort) -> list[str]:
     """The files `logic_version="auto"` hashes: where the agent was built, and its tools' modules.
 
     PolyLoop's own files are left out (upgrading the library is not a change
@@ -152,7 +152,7 @@ def source_files(agent: Agent) -> list[str]:
     return sorted(f for f in found if not f.startswith(_LIBRARY) and os.path.isfile(f))
 
 
-def resolved_logic_version(agent: Agent) -> str | None:
+def resolved_logic_version(agent: AgentPort) -> str | None:
     """The logic version to record: the declared string, `auto:<sha256>` for `"auto"`, or None."""
     declared = agent.logic_version
     if declared != "auto":
@@ -164,7 +164,7 @@ def resolved_logic_version(agent: Agent) -> str | None:
     return "auto:" + h.hexdigest()
 
 
-def checkpoint_config(agent: Agent, inputs: Mapping[str, Any] | None) -> dict[str, Any]:
+def checkpoint_config(agent: AgentPort, inputs: Mapping[str, Any] | None) -> dict[str, Any]:
     """The 1.2 fields of `run_started.config` that `differences` compares later."""
     return {
         "logic_version": resolved_logic_version(agent),
@@ -204,7 +204,7 @@ def reference(started: RunStarted, accepted: list[CheckpointAccepted]) -> dict[t
 def differences(
     started: RunStarted,
     accepted: list[CheckpointAccepted],
-    agent: Agent,
+    agent: AgentPort,
     *,
     inputs: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:

@@ -38,7 +38,8 @@ from .._log.records import (
 )
 from .._log.records import args_digest
 from .._log.store_port import ArtifactStore, LockingStore, Store
-from .._run.tools import ToolContext, tool
+from .._run.context import ToolContext
+from .._run.tools import tool
 
 StoreFactory = Callable[[], Any]
 Property = Callable[[StoreFactory], Awaitable[None]]

@@ -22,7 +22,7 @@ from polyloop import (
     tool,
 )
 from polyloop._log.records import Artifact
-from polyloop._run.tools import observation_text
+from polyloop._run.observe import observation_text
 from polyloop.testing import MemoryStore
 
 

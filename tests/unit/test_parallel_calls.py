@@ -118,7 +118,7 @@ def test_the_history_keeps_the_providers_shape_live_and_after_a_resume() -> None
 
     # The history rebuilt from the log is the same one.
     from polyloop._recovery.walker import walk
-    from polyloop._run.loop import rebuild_history
+    from polyloop._run.history import rebuild_history
 
     rebuilt = list(rebuild_history(walk(asyncio.run(store.read_log("r")))).view())
     assert rebuilt[: len(history)] == history

@@ -12,7 +12,7 @@ import pytest
 from pydantic import AfterValidator, BaseModel, Field
 
 from polyloop import ToolContext, tool
-from polyloop._run.tools import observation_text
+from polyloop._run.observe import observation_text
 
 CTX = ToolContext("r", 1, 1, "s1-a1", "pl-key")
 
