@@ -93,7 +93,6 @@ __all__ = [
 ]
 
 Bad = tuple[int, str] | None  # a refused record: (the rule it breaks, why); None: filed
-_tool_call = tool_call  # the run loop's name for it
 
 _VERSION = re.compile(r"[0-9]+\.[0-9]+")
 

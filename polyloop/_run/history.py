@@ -6,7 +6,8 @@ from typing import Any
 
 from .._log.ids import call_id
 from .._log.model_port import _History
-from .._recovery.walker import Walker, _tool_call
+from .._recovery.state import tool_call
+from .._recovery.walker import Walker
 
 
 def assistant_turn(output: dict[str, Any] | None, model_rid: str, several: bool = False) -> dict[str, Any]:
@@ -50,7 +51,7 @@ def rebuild_history(walker: Walker) -> _History:
             for k, c in enumerate(done.calls, start=1):
                 history.append(tool_turn(call_id(rid, k, n), c["tool"], c["observation"]))
             continue
-        call = _tool_call(st.output)
+        call = tool_call(st.output)
         if call is not None:
             history.append(tool_turn(rid, call["name"], done.observation or ""))
     return history
