@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
-from .._run.artifacts import read_product_file
+from ..stores._products import read_product_file
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import InvalidRunIdError, RunNotFoundError, StoreError
 from .._files import NotRegularFileError, read_regular

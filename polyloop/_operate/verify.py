@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._run.artifacts import NotRegularProductError, ProductCheck, judge, read_product_file, refused_products
+from .._run.artifacts import ProductCheck, judge, refused_products
+from ..stores._products import NotRegularProductError, read_product_file
 from .._recovery.walker import Walker, walk
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import Problem

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._run.artifacts import read_product_file
+from ._products import read_product_file
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import (
     InvalidRunIdError,
