@@ -39,7 +39,8 @@ from .plan import (
 from .report import BatchProgress, BatchReport, BatchRun, count
 from .._log.errors import TargetError
 from .._run.target import load_target
-from ..stores import _postgres_class, store_kind
+from ..stores._open import postgres_class
+from ..stores._url import store_kind
 
 DEFAULT_CONCURRENCY = 16
 # A run whose worker process died this many times in one invocation is reported
@@ -149,7 +150,7 @@ def run_batch(
     target = _canonical(target)
     keeper: _DirectoryBatch | Any
     if on_database:
-        _postgres_class()  # a clear StoreError when the postgres extra is missing
+        postgres_class()  # a clear StoreError when the postgres extra is missing
         from .pg_batch import DatabaseBatch
 
         keeper = DatabaseBatch(spec, name)

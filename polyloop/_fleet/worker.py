@@ -42,7 +42,8 @@ from .._log.errors import (
 )
 from .._operate.inspect import inspect_run
 from .._run.target import load_target
-from ..stores import JsonlStore, store_kind
+from ..stores._jsonl import JsonlStore
+from ..stores._url import store_kind
 
 STEPS_EVERY = 0.2
 
@@ -82,7 +83,7 @@ def _open_store(settings: dict[str, Any]) -> Any:
     """
     where = settings["directory"]
     if store_kind(where) == "postgresql":
-        from ..stores import PostgresStore
+        from ..stores._postgres import PostgresStore  # psycopg is an extra
 
         size = max(2, min(int(settings.get("concurrency") or 1) + 1, 10))
         return PostgresStore(where, lease=float(settings.get("lease") or 15.0), max_connections=size)

@@ -246,7 +246,7 @@ class Agent:
                 or altered (docs/how-to/keep-intermediate-products.md); nothing ran.
         """
         if store is None:
-            from ..stores import JsonlStore
+            from ..stores._jsonl import JsonlStore
 
             store = JsonlStore(default_directory())
         run_id = check_run_id(run_id) if run_id is not None else new_run_id()
