@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -31,9 +30,6 @@ from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseLostError
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
-
-if TYPE_CHECKING:
-    from .._operate.verify import VerifyReport
 
 _CLAIM = """
 INSERT INTO polyloop_runs AS r (run_id, epoch, holder, lease_until)
@@ -497,32 +493,6 @@ class PostgresStore:
                 if not numbered_right(count, first, last, next_seq):
                     parsed.problems += await numbering_problems(conn, run_id, count, first, last, next_seq)
         return logs
-
-    async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-        """Check every run's log in the database, as `verify_logs` checks a directory.
-
-        Each run becomes a `FileVerdict` whose `path` is `postgresql://<where>/<run_id>` and
-        whose problem lines are record positions (line N = `seq` N-1). A torn
-        tail cannot exist here. Nothing is modified.
-
-        Raises:
-            StoreError: the database cannot be reached or failed.
-        """
-        from .._operate.verify import FileVerdict, VerifyReport, corrupt_verdict, located_problems
-
-        run_ids = await self.list_runs()
-        verdicts = []
-        for done, run_id in enumerate(run_ids, start=1):
-            path = f"postgresql://{self.where}/{run_id}"
-            try:
-                parsed = await self.read_parsed(run_id)
-            except RunNotFoundError:  # removed meanwhile
-                continue
-            _, problems = located_problems(parsed, run_id)
-            verdicts.append(corrupt_verdict(path, run_id, problems) if problems else FileVerdict(path, run_id, "ok"))
-            if progress:
-                progress(done, len(run_ids))
-        return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
 
     async def queue(self) -> list[dict[str, Any]]:
         """Every run the database knows with its queue status, lease and note, oldest first.
