@@ -88,7 +88,7 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
     check_regular(path, follow_symlinks=follow_symlinks)
     try:
         fd = os.open(path, _FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW))
-    except OSError as exc:
+    except OSError:
         # Replaced since the look (a symbolic link: ELOOP, a socket: ENXIO): say what it is now.
         check_regular(path, follow_symlinks=follow_symlinks)
         raise

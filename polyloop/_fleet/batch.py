@@ -37,8 +37,9 @@ from .plan import (
     save_manifest,
 )
 from .report import BatchProgress, BatchReport, BatchRun, count
-from .._log.errors import StoreError, TargetError
+from .._log.errors import TargetError
 from .._run.target import load_target
+from ..stores._open import postgres_class
 from ..stores._url import store_kind
 
 DEFAULT_CONCURRENCY = 16
@@ -182,10 +183,9 @@ def _withdraw(keeper: Any, target: str, runs: dict[str, dict[str, Any]], foreign
 
 def _database_batch(spec: str, name: str) -> Any:
     """The batch's keeper in a database; a clear StoreError when the postgres extra is missing."""
-    try:
-        from .pg_batch import DatabaseBatch  # psycopg: imported only when a batch uses a database
-    except ImportError as exc:
-        raise StoreError(f"a PostgreSQL store needs psycopg: pip install 'polyloop[postgres]' ({exc})") from exc
+    postgres_class()  # the one StoreError that names the missing postgres extra
+    from .pg_batch import DatabaseBatch  # psycopg: imported only when a batch uses a database
+
     return DatabaseBatch(spec, name)
 
 

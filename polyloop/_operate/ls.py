@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
-from .._run.artifacts import read_product_file
+from ..stores._products import read_product_file
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import InvalidRunIdError, RunNotFoundError, StoreError
 from .._files import NotRegularFileError, read_regular
@@ -29,7 +29,9 @@ from .._log.records import Artifact
 from .._log.store_port import Store
 from ..stores._disk import Disk
 from .verify import _ignore_sigint
-from ..stores import JsonlStore, open_store, store_kind
+from ..stores._jsonl import JsonlStore
+from ..stores._open import open_store
+from ..stores._url import store_kind
 
 STATUSES: tuple[str, ...] = get_args(RunStatus)
 _SUFFIX = ".jsonl"

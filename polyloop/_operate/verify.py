@@ -1,20 +1,25 @@
-"""Checking a directory of JSONL log files for corruption (what `polyloop verify` runs)."""
+"""Checking logs for corruption (what `polyloop verify` runs): a directory of JSONL log files, or
+every run of a PostgreSQL store, read through the store's own read methods."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from .._run.artifacts import NotRegularProductError, ProductCheck, judge, read_product_file, refused_products
+from .._run.artifacts import ProductCheck, judge, refused_products
+from ..stores._products import NotRegularProductError, read_product_file
 from .._recovery.walker import Walker, walk
 from .._log.codec import ParsedLog, parse_log
-from .._log.errors import Problem
+from .._log.errors import Problem, RunNotFoundError
 from ..stores._disk import Disk, not_regular_problem
+from ..stores._open import open_store
+from ..stores._url import store_kind
 
 FileStatus = Literal["ok", "torn_tail", "corrupt", "bad_product"]
 
@@ -194,20 +199,25 @@ def verify_logs(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyReport:
-    """Check every `*.jsonl` log under `directory`, spread over the machine's cores.
+    """Check every `*.jsonl` log under `directory`, spread over the machine's cores; or, given a
+    `postgresql://` URL, every run's log in that database (as `verify_store`).
 
     Torn tails (a normal crash artefact) are reported as `torn_tail`;
     anything a correct writer cannot produce as `corrupt`, with the line.
     Nothing is modified.
 
     Args:
-        directory: the directory to search (recursively).
+        directory: the directory to search (recursively), or a PostgreSQL
+            URL (then this runs its own event loop: call it outside one).
         workers: processes to use (default: one per core; 1 means in-process).
         progress: called with `(files_done, files_total)` as work completes.
 
     Raises:
         FileNotFoundError, NotADirectoryError: `directory` is not a directory.
+        StoreError: the database cannot be reached or failed.
     """
+    if isinstance(directory, str) and store_kind(directory) == "postgresql":
+        return asyncio.run(_verify_database(directory, progress))
     paths = [str(p) for p in find_logs(directory)]
     total = len(paths)
     workers = workers or os.cpu_count() or 1
@@ -233,3 +243,46 @@ def verify_logs(
             raise
         pool.shutdown(wait=True)
     return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
+
+
+class RunLogs(Protocol):
+    """What `verify_store` reads of a store: where it is, its runs, and each run's parsed log."""
+
+    @property
+    def where(self) -> str: ...
+
+    async def list_runs(self) -> list[str]: ...
+
+    async def read_parsed(self, run_id: str) -> ParsedLog: ...
+
+
+async def verify_store(store: RunLogs, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Check every run's log in a database store (`PostgresStore`), as `verify_logs` checks a directory.
+
+    Each run becomes a `FileVerdict` whose `path` is `postgresql://<where>/<run_id>` and
+    whose problem lines are record positions (line N = `seq` N-1). A torn
+    tail cannot exist there. Nothing is modified.
+
+    Raises:
+        StoreError: the database cannot be reached or failed.
+    """
+    run_ids = await store.list_runs()
+    verdicts = []
+    for done, run_id in enumerate(run_ids, start=1):
+        path = f"postgresql://{store.where}/{run_id}"
+        try:
+            parsed = await store.read_parsed(run_id)
+        except RunNotFoundError:  # removed meanwhile
+            continue
+        _, problems = located_problems(parsed, run_id)
+        verdicts.append(corrupt_verdict(path, run_id, problems) if problems else FileVerdict(path, run_id, "ok"))
+        if progress:
+            progress(done, len(run_ids))
+    return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
+
+
+async def _verify_database(url: str, progress: Callable[[int, int], None] | None) -> VerifyReport:
+    store: Any = open_store(url)
+    async with store:
+        report: VerifyReport = await verify_store(store, progress=progress)
+    return report

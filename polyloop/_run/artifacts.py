@@ -11,28 +11,26 @@ altered one refuses the resume (`CheckpointError`, exit code 4). A product
 that is no longer the regular file written (a directory, a FIFO, a symbolic
 link, even to the same bytes, or a folder that is a link) is missing: the
 run's bytes are not there. `judge` is the one judgement every reader (resume,
-`inspect`, `ls`, `verify`, `ctx.artifacts.read`) uses, `read_product_file` the
-one way a product file is read, and `refused_products` the one rule of which
-changes refuse. See docs/how-to/keep-intermediate-products.md.
+`inspect`, `ls`, `verify`, `ctx.artifacts.read`) uses, `read_product_file`
+(storage: polyloop/stores/_products.py) the one way a product file is read,
+and `refused_products` the one rule of which changes refuse. See docs/how-to/keep-intermediate-products.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import shlex
-import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._recovery.on_artifacts import product_path
-from .._files import kind_of
 from .._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
 from .._log.ids import check_product_name
 from .._log.records import Artifact
 from .._log.store_port import ArtifactStore, Store
+from ..stores._products import NotRegularProductError
 
 if TYPE_CHECKING:
     from .._recovery.walker import Walker
@@ -237,62 +235,6 @@ async def _get(store: Store, run_id: str, name: str) -> tuple[bytes | None, str 
         raise
     except Exception as exc:
         raise StoreError(f"store failed to read product {name!r} of run {run_id!r}: {exc}", run_id=run_id) from exc
-
-
-class NotRegularProductError(StoreError):
-    """`get_product` found something other than the regular file a product was written as.
-
-    A `StoreError` for callers of `get_product`; the product checks read it
-    as a `missing` product (`ProductCheck.instead` says what is there).
-    """
-
-    def __init__(self, message: str, *, instead: str, run_id: str | None = None) -> None:
-        self.instead = instead
-        super().__init__(message, run_id=run_id)
-
-
-def read_product_file(folder: str, name: str, read: Callable[[str], bytes], *, run_id: str = "") -> bytes | None:
-    """The bytes of product `name` in the run's product folder; None when it does not exist.
-
-    The one check of what stands where a product was written. Never follows
-    a symbolic link (neither the folder nor the product) and never opens a
-    FIFO or a device: both are looked at with `lstat` first, and `read`
-    (the store's `Disk.read`: `O_NOFOLLOW | O_NONBLOCK`, then `fstat`)
-    refuses whatever takes their place in between.
-
-    Raises:
-        NotRegularProductError: the folder is not a directory, or the
-            product is not a regular file (a directory, a FIFO, a link...).
-        OSError: it cannot be read.
-    """
-    path = os.path.join(folder, name)
-    for where, wanted in ((folder, stat.S_ISDIR), (path, stat.S_ISREG)):
-        try:
-            mode = os.lstat(where).st_mode
-        except FileNotFoundError:
-            return None
-        if not wanted(mode):
-            raise _not_regular(path, mode, folder=where == folder, run_id=run_id)
-    try:
-        return read(path)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            mode = stat.S_IFREG
-        if stat.S_ISREG(mode):
-            raise
-        raise _not_regular(path, mode, folder=False, run_id=run_id) from None  # replaced since the lstat
-
-
-def _not_regular(path: str, mode: int, *, folder: bool, run_id: str) -> NotRegularProductError:
-    instead = (
-        f"its folder is {kind_of(mode)}, not a directory" if folder
-        else f"{kind_of(mode)} is in its place, not the regular file written"
-    )
-    return NotRegularProductError(f"cannot read product {path}: {instead}", instead=instead, run_id=run_id)
 
 
 def _lacks(store: object) -> str:

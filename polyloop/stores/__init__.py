@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._log.store_port import Store
 from .._log.codec import ParsedLog, parse_log
 from ._jsonl import JsonlStore
+from ._open import open_store
+from ._open import postgres_class as _postgres_class
 from ._url import StoreKind, redact_url, store_kind
 
 if TYPE_CHECKING:
@@ -46,39 +47,8 @@ _LAZY = {
 }
 
 
-def open_store(spec: str) -> Store:
-    """The store a `--store` value names: a `postgresql://` URL or a directory of JSONL logs.
-
-    The one place a store spec becomes a store: `store_kind` decides which.
-
-    Args:
-        spec: `postgresql://...` or `postgres://...` for a `PostgresStore`
-            (needs the `postgres` extra); a directory for a `JsonlStore`.
-            Any other `scheme://` is refused.
-
-    Returns:
-        The store, not yet connected (a `PostgresStore` connects on first use).
-
-    Raises:
-        StoreUrlError: `spec` is a URL of another scheme (`mysql://`,
-            `sqlite:///x.db`, `postgresql+psycopg://`); nothing was created.
-        StoreError: a PostgreSQL URL was given but psycopg is not installed.
-    """
-    if store_kind(spec) == "postgresql":
-        return _postgres_class()(spec)
-    return JsonlStore(spec)
-
-
-def _postgres_class() -> Any:
-    try:
-        from ._postgres import PostgresStore
-    except ImportError as exc:
-        from .._log.errors import StoreError
-
-        raise StoreError(
-            f"a PostgreSQL store needs psycopg: pip install 'polyloop[postgres]' ({exc})"
-        ) from exc
-    return PostgresStore
+# Public names report their public home (they are defined in private modules).
+open_store.__module__ = __name__
 
 
 def __getattr__(name: str) -> Any:

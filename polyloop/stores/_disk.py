@@ -23,6 +23,11 @@ from .._files import NotRegularFileError, kind_of, read_regular
 # the memory of the process. Far above any real log (100,000 steps ≈ 77 MB).
 MAX_READ = 8 << 30
 
+# O_NOFOLLOW: a log or product that is a symbolic link is refused, never
+# followed. O_NONBLOCK: opening a FIFO never waits for its other end (no
+# effect on regular files). Everything opened is checked to be a regular file.
+SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
 
 def not_regular_problem(path: str, exc: OSError) -> Problem | None:
     """The problem to report when `exc` came from a log path that is not a regular file; else None."""

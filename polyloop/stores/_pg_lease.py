@@ -21,13 +21,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._log.errors import PolyLoopError, RunActiveError, StoreError
 from .._log.records import Intent, Record
-
-if TYPE_CHECKING:
-    from ._postgres import PostgresStore
 
 # The local deadline is this fraction of the lease after the claim or
 # renewal was sent; the rest covers clock-rate drift and scheduling delays.
@@ -63,6 +60,27 @@ class Draining(PolyLoopError):
         super().__init__(f"run {run_id!r} stopped before its next call: the worker is stopping")
 
 
+class LeaseKeeper(Protocol):
+    """What a lease needs of the store that granted it (`PostgresStore`); declared here so the
+    lease never imports the store that imports it.
+
+    `lease` is the lease's duration in seconds; `_leases` maps each run this
+    store holds to its lease; `_strays` keeps renewals left to unwind after a
+    loss. `_flushed` sends a held run's unsynced records, `_renew` extends the
+    lease (False: it is gone), `_release` gives it back with its queue outcome.
+    """
+
+    lease: float
+    _leases: dict[str, Lease]
+    _strays: set[asyncio.Task[None]]
+
+    async def _flushed(self, lease: Lease) -> None: ...
+
+    async def _renew(self, lease: Lease) -> bool: ...
+
+    async def _release(self, lease: Lease, outcome: tuple[str, str] | None) -> None: ...
+
+
 class Lease:
     """A live claim on one run, held by this process; renew it by entering it (`async with`).
 
@@ -75,7 +93,7 @@ class Lease:
         lost: why the lease ended, once it has.
     """
 
-    def __init__(self, store: PostgresStore, run_id: str, row: dict[str, Any], sent_at: float) -> None:
+    def __init__(self, store: LeaseKeeper, run_id: str, row: dict[str, Any], sent_at: float) -> None:
         self._store = store
         self.run_id = run_id
         self.epoch: int = row["epoch"]
@@ -207,7 +225,7 @@ class Lease:
 class _LeasedStore:
     """The store for the holder of a lease: writes carry the lease; `lock` of its run is held."""
 
-    def __init__(self, store: PostgresStore, lease: Lease) -> None:
+    def __init__(self, store: Any, lease: Lease) -> None:  # the PostgresStore, whole
         self._store = store
         self._lease = lease
 

@@ -6,74 +6,34 @@ JSONL store writes it, plus indexed columns), one row per run in
 status). Every append is one statement (polyloop/stores/_pg_append.py) that
 checks the expected sequence number, the writer's epoch and the lease's
 expiry and inserts, in one transaction: two writers can never interleave
-records of one run. docs/reference/stores.md is the reference.
+records of one run. Claiming leases is in `_pg_claims.py`, the queue's rows in
+`_pg_queue.py` (mixins of the store). docs/reference/stores.md is the reference.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from .._log.errors import CorruptLogError, Problem, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
 from .._log.ids import check_run_id
 from .._log.records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
 from .._log.codec import ParsedLog, parse_log
 from ._pg_append import append
+from ._pg_claims import Claims
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseLostError
+from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 
-if TYPE_CHECKING:
-    from .._operate.verify import VerifyReport
 
-_CLAIM = """
-INSERT INTO polyloop_runs AS r (run_id, epoch, holder, lease_until)
-VALUES (%(run)s, 1, %(holder)s, clock_timestamp() + %(lease)s * interval '1 second')
-ON CONFLICT (run_id) DO UPDATE SET
-    epoch = r.epoch + 1, holder = EXCLUDED.holder, lease_until = EXCLUDED.lease_until,
-    taken_over_from = CASE WHEN r.holder IS NOT NULL THEN r.holder END
-WHERE r.holder IS NULL OR r.lease_until <= clock_timestamp() OR r.holder = %(dead)s
-RETURNING epoch, next_seq, status, target, goal, taken_over_from
-"""
-
-_CLAIM_QUEUED = """
-UPDATE polyloop_runs AS r SET
-    epoch = r.epoch + 1, holder = %(holder)s,
-    lease_until = clock_timestamp() + %(lease)s * interval '1 second',
-    taken_over_from = CASE WHEN r.holder IS NOT NULL THEN r.holder END
-WHERE r.run_id = %(run)s AND r.status = 'queued'
-    AND (r.holder IS NULL OR r.lease_until <= clock_timestamp() OR r.holder = %(dead)s)
-RETURNING epoch, next_seq, status, target, goal, taken_over_from
-"""
-
-_RENEW = """
-UPDATE polyloop_runs SET lease_until = clock_timestamp() + %s * interval '1 second'
-WHERE run_id = %s AND epoch = %s AND holder IS NOT NULL AND lease_until > clock_timestamp()
-"""
-
-_RELEASE = """
-UPDATE polyloop_runs SET holder = NULL, lease_until = NULL,
-    status = CASE WHEN %(status)s::text IS NOT NULL AND status = 'queued' THEN %(status)s ELSE status END,
-    note = COALESCE(%(note)s, note)
-WHERE run_id = %(run)s AND epoch = %(epoch)s
-"""
-
-_LIVE_HOLDER = """
-SELECT holder FROM polyloop_runs
-WHERE run_id = %s AND holder IS NOT NULL AND lease_until > clock_timestamp()
-"""
-
-
-class PostgresStore:
+class PostgresStore(Claims, Queue):
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
@@ -497,227 +457,3 @@ class PostgresStore:
                 if not numbered_right(count, first, last, next_seq):
                     parsed.problems += await numbering_problems(conn, run_id, count, first, last, next_seq)
         return logs
-
-    async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-        """Check every run's log in the database, as `verify_logs` checks a directory.
-
-        Each run becomes a `FileVerdict` whose `path` is `postgresql://<where>/<run_id>` and
-        whose problem lines are record positions (line N = `seq` N-1). A torn
-        tail cannot exist here. Nothing is modified.
-
-        Raises:
-            StoreError: the database cannot be reached or failed.
-        """
-        from .._operate.verify import FileVerdict, VerifyReport, corrupt_verdict, located_problems
-
-        run_ids = await self.list_runs()
-        verdicts = []
-        for done, run_id in enumerate(run_ids, start=1):
-            path = f"postgresql://{self.where}/{run_id}"
-            try:
-                parsed = await self.read_parsed(run_id)
-            except RunNotFoundError:  # removed meanwhile
-                continue
-            _, problems = located_problems(parsed, run_id)
-            verdicts.append(corrupt_verdict(path, run_id, problems) if problems else FileVerdict(path, run_id, "ok"))
-            if progress:
-                progress(done, len(run_ids))
-        return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
-
-    async def queue(self) -> list[dict[str, Any]]:
-        """Every run the database knows with its queue status, lease and note, oldest first.
-
-        `status` is `queued` (claimable once no live lease holds it),
-        `parked` (needs an operator), `failed` (see `note`), `finished`, or
-        `direct` (started outside the queue; workers leave it alone).
-        """
-        return await self._queue_rows("", ())
-
-    async def _queue_rows(self, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
-        async with self._conn() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(
-                "SELECT run_id, status, epoch, next_seq AS records, target, goal, note, "
-                "CASE WHEN lease_until > clock_timestamp() THEN holder END AS holder "
-                f"FROM polyloop_runs {where} ORDER BY created_at, run_id",
-                params,
-            )
-            return list(await cur.fetchall())
-
-    async def queue_row(self, run_id: str) -> dict[str, Any]:
-        """One run's entry of `queue()`.
-
-        Raises:
-            RunNotFoundError: the database does not know the run id.
-        """
-        for row in await self._queue_rows("WHERE run_id = %s", (check_run_id(run_id),)):
-            return row
-        raise RunNotFoundError(run_id, self.where)
-
-    # -- leases ---------------------------------------------------------------
-
-    async def holder(self, run_id: str) -> str | None:
-        """Who holds a live lease on the run right now, or None.
-
-        A holder that is a process of this host that no longer exists holds
-        nothing any more: the next claim takes the run over at once.
-        """
-        name = await self._lease_holder(run_id)
-        return None if name is None or dead_here(name) else name
-
-    async def _lease_holder(self, run_id: str) -> str | None:
-        async with self._conn(run_id) as conn:
-            cur = await conn.execute(_LIVE_HOLDER, (check_run_id(run_id),))
-            row = await cur.fetchone()
-        return row[0] if row else None
-
-    async def claim(self, run_id: str, *, queued_only: bool = False) -> Lease:
-        """Take a lease on the run (creating its row if needed); enter it with `async with`.
-
-        Args:
-            run_id: the run.
-            queued_only: claim only a run submitted to the queue (status `queued`).
-
-        Returns:
-            The `Lease`, not yet renewed: enter it at once.
-
-        Raises:
-            RunActiveError: another live holder has it (or, with
-                `queued_only`, it is not a queued run).
-            StoreError: the database failed.
-        """
-        check_run_id(run_id)
-        sent = time.monotonic()
-        # A claim cancelled in flight may still commit on the server, and its
-        # lease would then stay held until it lapses: the statement is let finish
-        # and what it took is given back before the cancellation goes on.
-        claiming = asyncio.ensure_future(self._take(run_id, queued_only))
-        try:
-            row, holder = await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                taken, _ = await claiming
-                if taken is not None:
-                    await self._release(Lease(self, run_id, taken, sent), None)
-            raise
-        if row is None:
-            raise RunActiveError(run_id, holder or ("nobody: it is not queued" if queued_only else None))
-        return Lease(self, run_id, row, sent)
-
-    async def _take(self, run_id: str, queued_only: bool) -> tuple[dict[str, Any] | None, str | None]:
-        """The claimed row, or None and the live holder.
-
-        A holder that is a process of this host that no longer exists (a
-        `polyloop run` killed a moment ago) is taken over at once rather than
-        when its lease lapses: the takeover is fenced like any other.
-        """
-        row = await self._claim_row(run_id, queued_only, dead=None)
-        if row is not None:
-            return row, None
-        holder = await self._lease_holder(run_id)
-        if holder is not None and dead_here(holder):
-            row = await self._claim_row(run_id, queued_only, dead=holder)
-            if row is not None:
-                return row, None
-            holder = await self._lease_holder(run_id)
-        return None, holder
-
-    async def _claim_row(self, run_id: str, queued_only: bool, *, dead: str | None) -> dict[str, Any] | None:
-        params = {"run": run_id, "holder": self.name, "lease": self.lease, "dead": dead}
-        async with self._conn(run_id) as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(_CLAIM_QUEUED if queued_only else _CLAIM, params)
-            return await cur.fetchone()
-
-    @contextlib.asynccontextmanager
-    async def lock(self, run_id: str) -> AsyncIterator[None]:
-        """Hold a lease on the run until the block exits (the `LockingStore` capability).
-
-        Raises:
-            RunActiveError: another live holder has the run.
-            LeaseLostError: the lease ended while held (the block was cancelled).
-        """
-        lease = await self.claim(run_id)
-        async with lease:
-            yield
-
-    async def _renew(self, lease: Lease) -> bool:
-        async with self._conn(lease.run_id) as conn:
-            cur = await conn.execute(_RENEW, (self.lease, lease.run_id, lease.epoch), prepare=True)
-            return cur.rowcount == 1
-
-    async def _release(self, lease: Lease, outcome: tuple[str, str] | None) -> None:
-        status, note = outcome if outcome else (None, None)
-        params = {"run": lease.run_id, "epoch": lease.epoch, "status": status, "note": note}
-        async with self._conn(lease.run_id) as conn:
-            await conn.execute(_RELEASE, params)
-
-    # -- the queue ------------------------------------------------------------
-
-    async def enqueue(self, run_id: str, *, target: str, goal: str) -> None:
-        """Queue a new run of `target` towards `goal` (see `polyloop.stores.submit`).
-
-        Raises:
-            RunExistsError: the run id is already known to the database.
-        """
-        async with self._conn(run_id) as conn:
-            cur = await conn.execute(
-                "INSERT INTO polyloop_runs (run_id, status, target, goal, submitted_at) "
-                "VALUES (%s, 'queued', %s, %s, clock_timestamp()) ON CONFLICT (run_id) DO NOTHING",
-                (check_run_id(run_id), target, goal),
-            )
-            if cur.rowcount != 1:
-                cur = await conn.execute(
-                    "SELECT status, next_seq FROM polyloop_runs WHERE run_id = %s", (run_id,)
-                )
-                known = await cur.fetchone()
-                if known is not None and not known[1] and known[0] in ("queued", "failed"):
-                    why = f"it is already in the queue ({known[0]}, not started): give the new run another --run-id"
-                    raise RunExistsError(run_id, why=why)
-                # Not "continue it with `polyloop resume`": submit queues new runs, and that
-                # command would lack this store's --store.
-                status = f" ({known[0]})" if known is not None and known[0] else ""
-                why = f"the store already knows it{status}: give the new run another --run-id"
-                raise RunExistsError(run_id, why=why)
-
-    async def requeue(self, run_id: str) -> None:
-        """Make a `failed` (or `parked`) run claimable again, once its cause is fixed.
-
-        A parked run becomes claimable by itself when a resolution is written;
-        requeue it only to let a worker hit the same stop again.
-
-        Raises:
-            RunNotFoundError: the database does not know the run as failed or parked.
-        """
-        async with self._conn(run_id) as conn:
-            cur = await conn.execute(
-                "UPDATE polyloop_runs SET status = 'queued', note = NULL, "
-                "submitted_at = COALESCE(submitted_at, clock_timestamp()) "
-                "WHERE run_id = %s AND status IN ('failed', 'parked') AND target IS NOT NULL",
-                (check_run_id(run_id),),
-            )
-            if cur.rowcount != 1:
-                raise RunNotFoundError(run_id, f"the failed or parked runs of {self.where}")
-
-    async def queued(self) -> int:
-        """How many runs are queued: claimable now, or held by a lease (live, or a dead worker's not lapsed yet).
-
-        A run stays `queued` while a worker runs it, so this is what a worker
-        that stops once the queue is idle waits for. Parked, failed,
-        finished and direct runs do not count.
-        """
-        async with self._conn() as conn:
-            cur = await conn.execute("SELECT count(*) FROM polyloop_runs WHERE status = 'queued'")
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
-
-    async def claimable(self, limit: int) -> list[str]:
-        """Up to `limit` queued runs no live lease holds, oldest submission first."""
-        async with self._conn() as conn:
-            cur = await conn.execute(
-                "SELECT run_id FROM polyloop_runs WHERE status = 'queued' "
-                "AND (holder IS NULL OR lease_until <= clock_timestamp()) "
-                "ORDER BY submitted_at LIMIT %s",
-                (limit,),
-            )
-            return [row[0] for row in await cur.fetchall()]

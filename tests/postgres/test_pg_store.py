@@ -24,6 +24,7 @@ from polyloop import (
     StoreError,
     encode_record,
 )
+from polyloop._operate.verify import verify_store
 from polyloop.stores import LeaseLostError, PostgresStore, open_store
 
 from pg_helpers import with_search_path
@@ -327,7 +328,7 @@ async def test_verify_checks_every_run_in_the_database(store, pg_conn):
         (bad, encode_record(MR).decode().strip()),
     )
     seen = []
-    report = await store.verify(progress=lambda done, total: seen.append((done, total)))
+    report = await verify_store(store, progress=lambda done, total: seen.append((done, total)))
     verdicts = {v.run_id: v for v in report.files}
     assert verdicts[good].status == "ok"
     assert verdicts[bad].status == "corrupt" and verdicts[bad].problems[0][0] == 2

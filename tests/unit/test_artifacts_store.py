@@ -187,7 +187,7 @@ async def test_a_dead_writers_temp_file_is_swept_by_the_next_write_of_its_name(t
 
 
 async def test_what_stands_in_a_products_place_is_named_not_followed(tmp_path):
-    from polyloop._run.artifacts import NotRegularProductError
+    from polyloop.stores._products import NotRegularProductError
 
     store = JsonlStore(tmp_path)
     await store.put_product("r", "x", b"x")
@@ -206,7 +206,7 @@ async def test_what_stands_in_a_products_place_is_named_not_followed(tmp_path):
 
 
 def test_a_product_replaced_by_a_fifo_between_the_look_and_the_read_is_named_not_opened(tmp_path):
-    from polyloop._run.artifacts import NotRegularProductError, read_product_file
+    from polyloop.stores._products import NotRegularProductError, read_product_file
     from polyloop.stores._disk import Disk
 
     (tmp_path / "x").write_bytes(b"x")
