@@ -66,7 +66,7 @@ from ._log.records import (
     RunStarted,
     StepCompleted,
 )
-from ._log.records import decode as decode_record
+from ._log.decode import decode as decode_record
 from ._log.records import encode as encode_record
 from ._log.store_port import ArtifactStore, LockingStore, Store
 from ._run.target import load_target, resume_run, run_target

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from .errors import CorruptLogError, Problem, SchemaVersionError
-from .records import Record, RecordError, UnknownSchemaError, decode, paused_gc
+from .decode import decode
+from .records import Record, RecordError, UnknownSchemaError, paused_gc
 
 
 @dataclass(slots=True)

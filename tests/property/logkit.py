@@ -382,14 +382,16 @@ def _decodes(data: bytes) -> bool:
 
 
 def _optional(tag: str) -> set[str]:
-    from polyloop._log.records import _BY_TAG, _OPTIONAL
+    from polyloop._log.decode import _OPTIONAL
+    from polyloop._log.records import _BY_TAG
 
     cls = _BY_TAG.get(tag)
     return set(_OPTIONAL.get(cls, ())) if cls else set()
 
 
 def _decodes_as_record(obj: dict) -> bool:
-    from polyloop._log.records import RecordError, decode
+    from polyloop._log.decode import decode
+    from polyloop._log.records import RecordError
 
     try:
         decode(obj)

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 import logkit
 from polyloop import CorruptLogError, Recovery, check, classify, verify_file
-from polyloop._log.records import RecordError, decode, encode
+from polyloop._log.decode import decode
+from polyloop._log.records import RecordError, encode
 from polyloop.stores._jsonl import parse_log
 
 EXAMPLES = int(os.environ.get("POLYLOOP_HYPOTHESIS_EXAMPLES") or 150)

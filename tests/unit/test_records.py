@@ -16,7 +16,8 @@ from polyloop import (
     RunStarted,
     StepCompleted,
 )
-from polyloop._log.records import RECORD_TYPES, RecordError, UnknownSchemaError, decode, encode
+from polyloop._log.decode import decode
+from polyloop._log.records import RECORD_TYPES, RecordError, UnknownSchemaError, encode
 
 SAMPLES = [
     RunStarted(run_id="r", goal="g", target="m:a", config={"max_steps": 3}),
