@@ -11,8 +11,9 @@ import typer
 from polyloop import Recovery, RunReport, answer, approve, deny, inspect_run
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import BadInput, Scope, failures
+from . import options, waits_view
+from .errors import BadInput, failures
+from .scope import Scope
 from .resume import RunId
 
 RequestId = Annotated[
@@ -82,7 +83,7 @@ def approve_command(
         edited = _json_object(args) if args is not None else None
         recovery, report = asyncio.run(_run(where, approve, run_id, request_id, reason=reason, by=by, args=edited,
                                             expect_sha256=expect_sha256))
-        render.decided(run_id, request_id, recovery, report, where)
+        waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -112,7 +113,7 @@ def deny_command(
         _text(reason, "--reason", by)
         recovery, report = asyncio.run(_run(where, deny, run_id, request_id, reason=reason, by=by,
                                             expect_sha256=expect_sha256))
-        render.decided(run_id, request_id, recovery, report, where)
+        waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -148,7 +149,7 @@ def answer_command(
         _text(text, "TEXT", by)
         options.utf8(reason, "--reason")
         recovery, report = asyncio.run(_run(where, answer, run_id, request_id, text, by=by, reason=reason))
-        render.decided(run_id, request_id, recovery, report, where)
+        waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 

@@ -10,8 +10,9 @@ import typer
 from polyloop import RunReport, inspect_run
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import Scope, failures
+from . import inspect_view, options, terminal
+from .errors import failures
+from .scope import Scope
 from .resume import RunId
 
 
@@ -65,9 +66,9 @@ def command(
         shown = options.step_range(steps, all_steps)
         report = asyncio.run(_inspect(where, run_id))
         if json:
-            render.print_json(report.to_json())
+            terminal.print_json(report.to_json())
         else:
-            render.inspect_report(report, where, steps=shown)
+            inspect_view.inspect_report(report, where, steps=shown)
     raise typer.Exit(0)
 
 

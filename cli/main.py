@@ -1,7 +1,9 @@
 """The `polyloop` command line: the typer app and `main()`.
 
 Each command lives in its own module (parse, one library call, render);
-`render` holds all terminal output and `errors` all exit codes.
+the `*_view` modules say what each prints, `terminal` is the one gate of
+untrusted text, `paste` builds every command a person is told to run, and
+`errors` holds all exit codes.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from polyloop import Recovery, RunReport, inspect_run, mark_resolved
 from polyloop._files import read_regular  # the library's one refusal of a FIFO, device or socket; not public API
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import BadInput, Scope, failures
+from . import options, waits_view
+from .errors import BadInput, failures
+from .scope import Scope
 from .resume import RunId
 
 
@@ -99,7 +100,7 @@ def command(
         options.utf8(by, "--by")
         text = _read(observation_file) if observation_file is not None else observation
         recovery, report = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason, by))
-        render.resolved(run_id, result_id, executed, recovery, report, where)
+        waits_view.resolved(run_id, result_id, executed, recovery, report, where)
     raise typer.Exit(0)
 
 

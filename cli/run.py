@@ -19,8 +19,9 @@ from polyloop import (
 )
 from polyloop.stores import open_store
 
-from . import alerts, options, render
-from .errors import Scope, failures, result_code
+from . import alerts, options, paste, run_view
+from .errors import failures, result_code
+from .scope import Scope
 
 
 def command(
@@ -98,14 +99,14 @@ def command(
             raise RunExistsError(rid)  # before the target is imported and an id announced
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
-        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{render.place(where)} run {rid}"
-        render.run_begins(rid, log)
+        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{paste.place(where)} run {rid}"
+        run_view.run_begins(rid, log)
         since = alerts.now()
         try:
             result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
         finally:
             alerts.warn_since(where, rid, since)
-        render.run_result(result)
+        run_view.run_result(result)
     raise typer.Exit(result_code(result.reason))
 
 

@@ -11,8 +11,9 @@ import typer
 from polyloop import VerifyReport, verify_logs
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import FAILURE, OK, BadInput, Scope, failures
+from . import logs_view, options, terminal
+from .errors import FAILURE, OK, BadInput, failures
+from .scope import Scope
 
 
 def command(
@@ -69,7 +70,7 @@ def command(
         where = options.checked(given[0]) if given else options.where(None, None)
         scope.directory = where
         show = not json and sys.stderr.isatty()
-        with render.verify_progress(show) as progress:
+        with logs_view.verify_progress(show) as progress:
             if options.is_url(where):
                 report = asyncio.run(_verify_store(where, progress))
             else:
@@ -78,9 +79,9 @@ def command(
                 except (FileNotFoundError, NotADirectoryError) as exc:
                     raise BadInput(f"cannot verify {where}: {exc}") from exc
         if json:
-            render.print_json(report.to_json())
+            terminal.print_json(report.to_json())
         else:
-            render.verify_report(report, strict=strict)
+            logs_view.verify_report(report, strict=strict)
     raise typer.Exit(FAILURE if report.failed(strict=strict) else OK)
 
 
