@@ -14,7 +14,6 @@ from polyloop.stores import open_store
 from . import options, waits_view
 from .errors import BadInput, failures
 from .scope import Scope
-from .resume import RunId
 
 RequestId = Annotated[
     str,
@@ -41,7 +40,7 @@ ExpectSha = Annotated[
 
 
 def approve_command(
-    run_id: RunId,
+    run_id: options.RunId,
     request_id: RequestId,
     reason: Reason,
     by: options.By = None,
@@ -88,7 +87,7 @@ def approve_command(
 
 
 def deny_command(
-    run_id: RunId,
+    run_id: options.RunId,
     request_id: RequestId,
     reason: Reason,
     by: options.By = None,
@@ -118,7 +117,7 @@ def deny_command(
 
 
 def answer_command(
-    run_id: RunId,
+    run_id: options.RunId,
     request_id: RequestId,
     text: Annotated[str, typer.Argument(metavar="TEXT", help="The answer the model reads.", show_default=False)],
     by: options.By = None,

@@ -13,11 +13,10 @@ from polyloop.stores import open_store
 from . import inspect_view, options, terminal
 from .errors import failures
 from .scope import Scope
-from .resume import RunId
 
 
 def command(
-    run_id: RunId,
+    run_id: options.RunId,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
     json: options.Json = False,

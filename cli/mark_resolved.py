@@ -16,42 +16,54 @@ from polyloop.stores import open_store
 from . import options, waits_view
 from .errors import BadInput, failures
 from .scope import Scope
-from .resume import RunId
+
+
+ResultId = Annotated[
+    str,
+    typer.Argument(
+        metavar="RESULT_ID",
+        help="What waits: an unknown action or rollback, or an alert, e.g. s3-a1 (see `polyloop inspect`).",
+        show_default=False,
+    ),
+]
+
+Executed = Annotated[
+    bool, typer.Option("--executed", help="It happened: resume reuses the observation.")
+]
+
+NotExecuted = Annotated[
+    bool, typer.Option("--not-executed", help="It did not happen: resume runs it again.")
+]
+
+Observation = Annotated[
+    str | None,
+    typer.Option("--observation", metavar="TEXT", help="With --executed: what the action returned (default: empty).", show_default=False),
+]
+
+ObservationFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--observation-file",
+        metavar="PATH",
+        help="With --executed: read the observation from a regular UTF-8 file ('-' for stdin).",
+        show_default=False,
+    ),
+]
+
+Reason = Annotated[
+    str | None,
+    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
+]
 
 
 def command(
-    run_id: RunId,
-    result_id: Annotated[
-        str,
-        typer.Argument(
-            metavar="RESULT_ID",
-            help="What waits: an unknown action or rollback, or an alert, e.g. s3-a1 (see `polyloop inspect`).",
-            show_default=False,
-        ),
-    ],
-    executed: Annotated[
-        bool, typer.Option("--executed", help="It happened: resume reuses the observation.")
-    ] = False,
-    not_executed: Annotated[
-        bool, typer.Option("--not-executed", help="It did not happen: resume runs it again.")
-    ] = False,
-    observation: Annotated[
-        str | None,
-        typer.Option("--observation", metavar="TEXT", help="With --executed: what the action returned (default: empty).", show_default=False),
-    ] = None,
-    observation_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--observation-file",
-            metavar="PATH",
-            help="With --executed: read the observation from a regular UTF-8 file ('-' for stdin).",
-            show_default=False,
-        ),
-    ] = None,
-    reason: Annotated[
-        str | None,
-        typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
-    ] = None,
+    run_id: options.RunId,
+    result_id: ResultId,
+    executed: Executed = False,
+    not_executed: NotExecuted = False,
+    observation: Observation = None,
+    observation_file: ObservationFile = None,
+    reason: Reason = None,
     by: options.By = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,

@@ -15,11 +15,10 @@ from . import alerts, options, run_view
 from .errors import failures, result_code
 from .scope import Scope
 
-RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
 
 
 def command(
-    run_id: RunId,
+    run_id: options.RunId,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
     input_files: options.Inputs = None,
