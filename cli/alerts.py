@@ -27,7 +27,7 @@ from polyloop import (
 from polyloop._files import open_regular  # the library's one refusal of a FIFO, device or socket; not public API
 from polyloop.stores import open_store, store_kind
 
-from . import render
+from . import waits_view
 
 
 def now() -> str:
@@ -66,7 +66,7 @@ def warn_since(where: str, run_id: str | None, since: str) -> None:
         then = f"; rollback: {c.rollback}" if c.rollback else "; no rollback: the run stops"
         found.insert(0, (c.result_id, tools.get(c.result_id, "?"),
                          f"verification failed: {c.reason or 'it returned False'}{then}"))
-    render.alerts(found)
+    waits_view.alerts(found)
 
 
 def _guarded(where: str, run_id: str) -> bool:

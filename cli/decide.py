@@ -11,9 +11,9 @@ import typer
 from polyloop import Recovery, RunReport, answer, approve, deny, inspect_run
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import BadInput, Scope, failures
-from .resume import RunId
+from . import options, waits_view
+from .errors import BadInput, failures
+from .scope import Scope
 
 RequestId = Annotated[
     str,
@@ -40,7 +40,7 @@ ExpectSha = Annotated[
 
 
 def approve_command(
-    run_id: RunId,
+    run_id: options.RunId,
     request_id: RequestId,
     reason: Reason,
     by: options.By = None,
@@ -82,12 +82,12 @@ def approve_command(
         edited = _json_object(args) if args is not None else None
         recovery, report = asyncio.run(_run(where, approve, run_id, request_id, reason=reason, by=by, args=edited,
                                             expect_sha256=expect_sha256))
-        render.decided(run_id, request_id, recovery, report, where)
+        waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
 def deny_command(
-    run_id: RunId,
+    run_id: options.RunId,
     request_id: RequestId,
     reason: Reason,
     by: options.By = None,
@@ -112,12 +112,12 @@ def deny_command(
         _text(reason, "--reason", by)
         recovery, report = asyncio.run(_run(where, deny, run_id, request_id, reason=reason, by=by,
                                             expect_sha256=expect_sha256))
-        render.decided(run_id, request_id, recovery, report, where)
+        waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
 def answer_command(
-    run_id: RunId,
+    run_id: options.RunId,
     request_id: RequestId,
     text: Annotated[str, typer.Argument(metavar="TEXT", help="The answer the model reads.", show_default=False)],
     by: options.By = None,
@@ -148,7 +148,7 @@ def answer_command(
         _text(text, "TEXT", by)
         options.utf8(reason, "--reason")
         recovery, report = asyncio.run(_run(where, answer, run_id, request_id, text, by=by, reason=reason))
-        render.decided(run_id, request_id, recovery, report, where)
+        waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 

@@ -19,7 +19,7 @@
     130  interrupted (Ctrl-C); the run stays resumable
 
 Every command body runs inside `failures()`, which maps the exception to its
-code with `exit_code()` and hands the rendering to `render`.
+code with `exit_code()` and hands the rendering to `failure_view`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import typer
 
@@ -53,7 +52,8 @@ from polyloop import (
     TargetError,
 )
 
-from . import render
+from . import failure_view, paste, terminal
+from .scope import Scope
 
 try:  # typer >= 0.20 vendors click; older typers use click itself
     from typer._click.exceptions import ClickException, UsageError
@@ -132,17 +132,6 @@ def set_debug(on: bool) -> None:
     _debug = on or os.environ.get("POLYLOOP_DEBUG", "") not in ("", "0")
 
 
-@dataclass(slots=True)
-class Scope:
-    """What a command knows so far, so a failure can say what to do next."""
-
-    json: bool = False
-    json_lines: bool = False  # stdout is a stream of JSON lines: an error is one line of it
-    directory: str | None = None
-    run_id: str | None = None
-    resumable: bool = False  # the command runs the run: an interruption leaves it resumable
-
-
 @contextlib.contextmanager
 def failures(scope: Scope) -> Iterator[Scope]:
     """Run a command body; turn anything it raises into a rendered message and an exit code."""
@@ -150,15 +139,15 @@ def failures(scope: Scope) -> Iterator[Scope]:
         yield scope
     except (typer.Exit, ClickException, GeneratorExit):
         raise
-    except (render.OutputClosed, BrokenPipeError):
+    except (terminal.OutputClosed, BrokenPipeError):
         # The reader went away (`polyloop ls | head`): nothing to say, and no one to say it to.
-        render.silence_stdout()
+        terminal.silence_stdout()
         raise typer.Exit(FAILURE) from None
     except SystemExit as exc:
         # Only our own code picks the exit code: user code (an agent, a tool,
         # a model) calling sys.exit() is a failure like any other.
         failure = PolyLoopError(f"the agent's code called sys.exit({exc.code!r})")
-        render.failure(failure, FAILURE, scope, kind="expected", show_traceback=_debug)
+        failure_view.failure(failure, FAILURE, scope, kind="expected", show_traceback=_debug)
         raise typer.Exit(FAILURE) from None
     except BaseException as exc:  # KeyboardInterrupt too: it becomes 130
         code = exit_code(exc)
@@ -170,15 +159,15 @@ def failures(scope: Scope) -> Iterator[Scope]:
             kind = "expected"
         else:
             kind = "unexpected"
-        render.failure(exc, code, scope, kind=kind, show_traceback=_debug)
+        failure_view.failure(exc, code, scope, kind=kind, show_traceback=_debug)
         raise typer.Exit(code) from None
     finally:
-        render.store_note()
+        paste.store_note()
 
 
 def usage_failure(exc: ClickException, *, json: bool) -> int:
     """Render an error of the argument parser; return its exit code (always 2)."""
-    render.usage_error(exc, json=json)
+    failure_view.usage_error(exc, json=json)
     return USAGE
 
 

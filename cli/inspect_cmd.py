@@ -10,13 +10,13 @@ import typer
 from polyloop import RunReport, inspect_run
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import Scope, failures
-from .resume import RunId
+from . import inspect_view, options, terminal
+from .errors import failures
+from .scope import Scope
 
 
 def command(
-    run_id: RunId,
+    run_id: options.RunId,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
     json: options.Json = False,
@@ -65,9 +65,9 @@ def command(
         shown = options.step_range(steps, all_steps)
         report = asyncio.run(_inspect(where, run_id))
         if json:
-            render.print_json(report.to_json())
+            terminal.print_json(report.to_json())
         else:
-            render.inspect_report(report, where, steps=shown)
+            inspect_view.inspect_report(report, where, steps=shown)
     raise typer.Exit(0)
 
 

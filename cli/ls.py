@@ -10,8 +10,9 @@ import typer
 
 from polyloop import list_runs
 
-from . import options, render
-from .errors import BadInput, Scope, failures
+from . import logs_view, options, paste, terminal
+from .errors import BadInput, failures
+from .scope import Scope
 
 
 class Status(str, enum.Enum):
@@ -71,12 +72,12 @@ def command(
         scope.directory = where = options.where(directory, store_url)
         show = not json and sys.stderr.isatty()
         try:
-            with render.ls_progress(show) as progress:
+            with logs_view.ls_progress(show) as progress:
                 runs = list_runs(where, statuses=wanted or None, progress=progress)
         except OSError as exc:
-            raise BadInput(f"cannot list runs in {render.place(where)}: {exc.strerror or exc}") from exc
+            raise BadInput(f"cannot list runs in {paste.place(where)}: {exc.strerror or exc}") from exc
         if json:
-            render.print_json([s.to_json() for s in runs])
+            terminal.print_json([s.to_json() for s in runs])
         else:
-            render.ls_report(runs, render.place(where), wanted)
+            logs_view.ls_report(runs, paste.place(where), wanted)
     raise typer.Exit(0)

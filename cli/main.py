@@ -1,20 +1,22 @@
 """The `polyloop` command line: the typer app and `main()`.
 
 Each command lives in its own module (parse, one library call, render);
-`render` holds all terminal output and `errors` all exit codes.
+the `*_view` modules say what each prints, `terminal` is the one gate of
+untrusted text, `paste` builds every command a person is told to run, and
+`errors` holds all exit codes.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from . import batch, decide, errors, inspect_cmd, mark_resolved, resume, run, verify
-from . import ls, submit, worker
+from . import errors
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
 
@@ -48,8 +50,71 @@ Example:
 """
 
 
+# In the order of the workflow: run, (crash), inspect, mark-resolved, resume; verify for CI.
+# Each command's module is imported only when that command runs (or shows its help).
+COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the one line `--help` lists)
+    "run": ("run", "command", "Start a new run of an agent; prints its run id."),
+    "inspect": ("inspect_cmd", "command", "Show a run's steps, states, and what resume would do."),
+    "ls": ("ls", "command", "List the runs of a directory: status, what waits, last activity."),
+    "mark-resolved": ("mark_resolved", "command", "Settle an unknown `never` action as executed or not."),
+    "approve": ("decide", "approve_command", "Approve a tool call that waits for a person; resume runs it."),
+    "deny": ("decide", "deny_command", "Deny a tool call that waits for a person; the model reads why."),
+    "answer": ("decide", "answer_command", "Answer a question the model asked a person (ask_human)."),
+    "resume": ("resume", "command", "Continue a run after a crash."),
+    "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
+    "batch": ("batch", "command", "Run an agent once per line of a goals file; re-run to resume."),
+    "submit": ("submit", "command", "Queue a run on a PostgreSQL store for the workers."),
+    "worker": ("worker", "command", "Claim queued runs from a PostgreSQL store and run them."),
+}
+
+
+def create_command(name: str) -> Any:
+    """The command `name`, its module imported now (pip's `create_command` is the model)."""
+    module, function, short_help = COMMANDS[name]
+    callback = getattr(importlib.import_module(f".{module}", __package__), function)
+    one = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+                      pretty_exceptions_show_locals=False)
+    one.command(name, short_help=short_help)(callback)
+    return typer.main.get_command(one)
+
+
+class _Commands(Mapping[str, Any]):
+    """The commands by name, each made on first lookup: listing them imports nothing."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in COMMANDS:
+            raise KeyError(name)
+        if name not in self._made:
+            self._made[name] = create_command(name)
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
 class _Group(TyperGroup):
-    """Every outcome, usage errors included, ends as one exit code and clean output."""
+    """Every outcome, usage errors included, ends as one exit code and clean output.
+
+    Its commands are `COMMANDS`, made when first looked up.
+    """
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _Commands()  # type: ignore[assignment]
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        # The one-line helps come from the table: `polyloop --help` imports no command.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short_help) for name, (_, _, short_help) in COMMANDS.items()])
 
     def main(  # type: ignore[override]
         self,
@@ -121,30 +186,6 @@ def _root(
 ) -> None:
     errors.set_debug(debug)
 
-
-# In the order of the workflow: run, (crash), inspect, mark-resolved, resume; verify for CI.
-app.command("run", short_help="Start a new run of an agent; prints its run id.")(run.command)
-app.command("inspect", short_help="Show a run's steps, states, and what resume would do.")(
-    inspect_cmd.command
-)
-app.command("ls", short_help="List the runs of a directory: status, what waits, last activity.")(ls.command)
-app.command("mark-resolved", short_help="Settle an unknown `never` action as executed or not.")(
-    mark_resolved.command
-)
-app.command("approve", short_help="Approve a tool call that waits for a person; resume runs it.")(
-    decide.approve_command
-)
-app.command("deny", short_help="Deny a tool call that waits for a person; the model reads why.")(
-    decide.deny_command
-)
-app.command("answer", short_help="Answer a question the model asked a person (ask_human).")(decide.answer_command)
-app.command("resume", short_help="Continue a run after a crash.")(resume.command)
-app.command("verify", short_help="Check every log in a directory for corruption (CI).")(
-    verify.command
-)
-app.command("batch", short_help="Run an agent once per line of a goals file; re-run to resume.")(batch.command)
-app.command("submit", short_help="Queue a run on a PostgreSQL store for the workers.")(submit.command)
-app.command("worker", short_help="Claim queued runs from a PostgreSQL store and run them.")(worker.command)
 
 def main() -> None:
     """The `polyloop` console script (and `python -m polyloop`)."""

@@ -13,44 +13,57 @@ from polyloop import Recovery, RunReport, inspect_run, mark_resolved
 from polyloop._files import read_regular  # the library's one refusal of a FIFO, device or socket; not public API
 from polyloop.stores import open_store
 
-from . import options, render
-from .errors import BadInput, Scope, failures
-from .resume import RunId
+from . import options, waits_view
+from .errors import BadInput, failures
+from .scope import Scope
+
+
+ResultId = Annotated[
+    str,
+    typer.Argument(
+        metavar="RESULT_ID",
+        help="What waits: an unknown action or rollback, or an alert, e.g. s3-a1 (see `polyloop inspect`).",
+        show_default=False,
+    ),
+]
+
+Executed = Annotated[
+    bool, typer.Option("--executed", help="It happened: resume reuses the observation.")
+]
+
+NotExecuted = Annotated[
+    bool, typer.Option("--not-executed", help="It did not happen: resume runs it again.")
+]
+
+Observation = Annotated[
+    str | None,
+    typer.Option("--observation", metavar="TEXT", help="With --executed: what the action returned (default: empty).", show_default=False),
+]
+
+ObservationFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--observation-file",
+        metavar="PATH",
+        help="With --executed: read the observation from a regular UTF-8 file ('-' for stdin).",
+        show_default=False,
+    ),
+]
+
+Reason = Annotated[
+    str | None,
+    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
+]
 
 
 def command(
-    run_id: RunId,
-    result_id: Annotated[
-        str,
-        typer.Argument(
-            metavar="RESULT_ID",
-            help="What waits: an unknown action or rollback, or an alert, e.g. s3-a1 (see `polyloop inspect`).",
-            show_default=False,
-        ),
-    ],
-    executed: Annotated[
-        bool, typer.Option("--executed", help="It happened: resume reuses the observation.")
-    ] = False,
-    not_executed: Annotated[
-        bool, typer.Option("--not-executed", help="It did not happen: resume runs it again.")
-    ] = False,
-    observation: Annotated[
-        str | None,
-        typer.Option("--observation", metavar="TEXT", help="With --executed: what the action returned (default: empty).", show_default=False),
-    ] = None,
-    observation_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--observation-file",
-            metavar="PATH",
-            help="With --executed: read the observation from a regular UTF-8 file ('-' for stdin).",
-            show_default=False,
-        ),
-    ] = None,
-    reason: Annotated[
-        str | None,
-        typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
-    ] = None,
+    run_id: options.RunId,
+    result_id: ResultId,
+    executed: Executed = False,
+    not_executed: NotExecuted = False,
+    observation: Observation = None,
+    observation_file: ObservationFile = None,
+    reason: Reason = None,
     by: options.By = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
@@ -99,7 +112,7 @@ def command(
         options.utf8(by, "--by")
         text = _read(observation_file) if observation_file is not None else observation
         recovery, report = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason, by))
-        render.resolved(run_id, result_id, executed, recovery, report, where)
+        waits_view.resolved(run_id, result_id, executed, recovery, report, where)
     raise typer.Exit(0)
 
 

@@ -12,6 +12,8 @@ from polyloop.stores import store_kind
 
 from .errors import BadInput
 
+RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
+
 Directory = Annotated[
     str | None,
     typer.Option(

@@ -11,14 +11,14 @@ import typer
 from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
-from . import alerts, options, render
-from .errors import Scope, failures, result_code
+from . import alerts, options, run_view
+from .errors import failures, result_code
+from .scope import Scope
 
-RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
 
 
 def command(
-    run_id: RunId,
+    run_id: options.RunId,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
     input_files: options.Inputs = None,
@@ -92,7 +92,7 @@ def command(
             result = asyncio.run(_resume(where, run_id, resume))
         finally:
             alerts.warn_since(where, run_id, since)
-        render.run_result(result, already=result.already_finished)
+        run_view.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
 
 
@@ -112,7 +112,7 @@ async def _resume(where: str, run_id: str, asked: Resume) -> RunResult:
         return await resume_run(
             run_id,
             store=store,
-            on_resume=lambda step: render.resume_begins(run_id, step),
+            on_resume=lambda step: run_view.resume_begins(run_id, step),
             inputs=asked.inputs,
             accept_changes=asked.accept_changes,
             accept_crash_loop=asked.accept_crash_loop,

@@ -19,52 +19,62 @@ from polyloop import (
 )
 from polyloop.stores import open_store
 
-from . import alerts, options, render
-from .errors import Scope, failures, result_code
+from . import alerts, options, paste, run_view
+from .errors import failures, result_code
+from .scope import Scope
+
+
+Target = Annotated[
+    str,
+    typer.Argument(
+        metavar="TARGET",
+        help="The agent: `path/to/file.py:name` or `module.path:name`, naming an "
+        "Agent or a zero-argument callable returning one.",
+        show_default=False,
+    ),
+]
+
+Goal = Annotated[
+    str | None,
+    typer.Option(
+        "--goal",
+        metavar="TEXT",
+        help="What the run is for: the first user message (default: empty, for agents "
+        "whose system prompt or script says it all).",
+        show_default=False,
+    ),
+]
+
+NewRunId = Annotated[
+    str | None,
+    typer.Option(
+        "--run-id",
+        metavar="ID",
+        help="The run id: letters, digits, '.', '_', '-'. Default: a new sortable id.",
+        show_default=False,
+    ),
+]
+
+MaxSteps = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        metavar="N",
+        min=1,
+        max=1_000_000_000,  # the library's bound too
+        help="The step budget, 1 to 1,000,000,000 (default: the agent's).",
+        show_default=False,
+    ),
+]
 
 
 def command(
-    target: Annotated[
-        str,
-        typer.Argument(
-            metavar="TARGET",
-            help="The agent: `path/to/file.py:name` or `module.path:name`, naming an "
-            "Agent or a zero-argument callable returning one.",
-            show_default=False,
-        ),
-    ],
-    goal: Annotated[
-        str | None,
-        typer.Option(
-            "--goal",
-            metavar="TEXT",
-            help="What the run is for: the first user message (default: empty, for agents "
-            "whose system prompt or script says it all).",
-            show_default=False,
-        ),
-    ] = None,
-    run_id: Annotated[
-        str | None,
-        typer.Option(
-            "--run-id",
-            metavar="ID",
-            help="The run id: letters, digits, '.', '_', '-'. Default: a new sortable id.",
-            show_default=False,
-        ),
-    ] = None,
+    target: Target,
+    goal: Goal = None,
+    run_id: NewRunId = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
-    max_steps: Annotated[
-        int | None,
-        typer.Option(
-            "--max-steps",
-            metavar="N",
-            min=1,
-            max=1_000_000_000,  # the library's bound too
-            help="The step budget, 1 to 1,000,000,000 (default: the agent's).",
-            show_default=False,
-        ),
-    ] = None,
+    max_steps: MaxSteps = None,
     input_files: options.Inputs = None,
 ) -> None:
     """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.
@@ -98,14 +108,14 @@ def command(
             raise RunExistsError(rid)  # before the target is imported and an id announced
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
-        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{render.place(where)} run {rid}"
-        render.run_begins(rid, log)
+        log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{paste.place(where)} run {rid}"
+        run_view.run_begins(rid, log)
         since = alerts.now()
         try:
             result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
         finally:
             alerts.warn_since(where, rid, since)
-        render.run_result(result)
+        run_view.run_result(result)
     raise typer.Exit(result_code(result.reason))
 
 

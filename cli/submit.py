@@ -12,7 +12,8 @@ import typer
 from polyloop.stores import open_store, submit
 
 from . import options
-from .errors import BadInput, Scope, failures
+from .errors import BadInput, failures
+from .scope import Scope
 
 if TYPE_CHECKING:  # psycopg is imported only when a PostgreSQL store is used
     from polyloop.stores import PostgresStore

@@ -9,8 +9,9 @@ import typer
 
 from polyloop import verify_logs
 
-from . import options, render
-from .errors import FAILURE, OK, BadInput, Scope, failures
+from . import logs_view, options, terminal
+from .errors import FAILURE, OK, BadInput, failures
+from .scope import Scope
 
 
 def command(
@@ -67,13 +68,13 @@ def command(
         where = options.checked(given[0]) if given else options.where(None, None)
         scope.directory = where
         show = not json and sys.stderr.isatty()
-        with render.verify_progress(show) as progress:
+        with logs_view.verify_progress(show) as progress:
             try:  # a directory, or a database's URL: the library tells them apart
                 report = verify_logs(where, workers=workers, progress=progress)
             except (FileNotFoundError, NotADirectoryError) as exc:
                 raise BadInput(f"cannot verify {where}: {exc}") from exc
         if json:
-            render.print_json(report.to_json())
+            terminal.print_json(report.to_json())
         else:
-            render.verify_report(report, strict=strict)
+            logs_view.verify_report(report, strict=strict)
     raise typer.Exit(FAILURE if report.failed(strict=strict) else OK)

@@ -16,8 +16,9 @@ import typer
 
 from polyloop.stores import Worker, WorkerEvent
 
-from . import errors, options, render
-from .errors import INTERRUPTED, Scope, failures
+from . import errors, paste, terminal
+from .errors import INTERRUPTED, failures
+from .scope import Scope
 from .submit import QueueDir, StoreUrl, postgres_store
 
 _STYLE = {
@@ -46,7 +47,7 @@ def _printer(as_json: bool, url: str):
     def parked_hint() -> str:
         # The commands a parked run's detail names read the default store; say how to reach this one.
         if not hint:  # made when first printed: it may leave a password out, which store_note explains
-            flag = render.dir_flag(url)
+            flag = paste.dir_flag(url)
             hint.append(f"  (run them with{flag}; once settled, a worker continues the run)" if flag else
                         "  (once settled, a worker continues the run)")
         return hint[0]
@@ -66,11 +67,11 @@ def _printer(as_json: bool, url: str):
         if event.epoch is not None:
             parts.append((f"  epoch {event.epoch}", "dim"))
         if event.detail:
-            parts.append(f"{gap}{render.clip(event.detail, 400)}")
+            parts.append(f"{gap}{terminal.clip(event.detail, 400)}")
         if event.event == "parked":
             parts.append((parked_hint(), "dim"))
-        render._line(render.out(), *parts)
-        render.store_note()  # at once, not when the worker exits: it may run for days
+        terminal.say(terminal.out(), *parts)
+        paste.store_note()  # at once, not when the worker exits: it may run for days
 
     return show
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Union, get_args
 
 import orjson
 
-from .errors import RecordError, SchemaVersionError  # noqa: F401  RecordError: readers import it with the records
+from .errors import RecordError, SchemaVersionError  # noqa: F401  (RecordError: readers import it with the records)
 
 SCHEMA_VERSION = "1.2"
 """`major.minor` of the log format this library writes."""

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from cli_helpers import Cli, one_line_error, target
-from polyloop_cli.render import safe_text
+from polyloop_cli.terminal import safe_text
 
 # Anything that could drive a terminal: C0/C1 controls and bidi/format characters.
 LIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
