@@ -8,6 +8,7 @@ fields it does not know (a newer minor version's).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import RecordError, SchemaVersionError
@@ -216,101 +217,145 @@ _FIELDS: dict[type, tuple[tuple[str, tuple[type, ...], bool, bool], ...]] = {
 
 
 def _check_values(cls: type, v: dict[str, Any]) -> None:
-    if cls is RunStarted:
-        if schema_major(v["schema_version"]) != SUPPORTED_MAJOR:
-            raise SchemaVersionError(None, v["schema_version"])
-    elif cls is Intent:
-        if v["kind"] not in ("model_call", "action", "rollback"):
-            raise RecordError(f"intent.kind {v['kind']!r} is not model_call, action or rollback")
-        if v["step"] < 1 or v["attempt"] < 1:
-            raise RecordError("intent step and attempt start at 1")
-        action_fields = ("tool", "args", "replay", "idempotency_key")
-        if v["kind"] != "model_call":
-            if any(v.get(f) is None for f in action_fields):
-                raise RecordError(f"{v['kind']} intent lacks tool, args, replay or idempotency_key")
-            if v["replay"] not in ("safe", "never"):
-                raise RecordError(f"intent.replay {v['replay']!r} is not safe or never")
-        elif any(v.get(f) is not None for f in action_fields) or v.get("call") is not None:
-            raise RecordError("model_call intent carries action fields")
-        call = v.get("call")
-        if call is not None and call < 1:
-            raise RecordError("intent.call starts at 1")
-    elif cls is StepCompleted:
-        if v["step"] < 1:
-            raise RecordError("step_completed.step starts at 1")
-        calls = v.get("calls")
-        if calls is not None:
-            if len(calls) < 2 or not all(_is_call_outcome(c) for c in calls):
-                raise RecordError(
-                    "step_completed.calls must list two or more {result_id, tool, observation, is_error}"
-                )
-            if v.get("result_id") is not None or v.get("observation") is not None:
-                raise RecordError("a step_completed with calls has no result_id or observation of its own")
-    elif cls is RunFinished:
-        if v["reason"] not in ("final_answer", "max_steps", "error", "tool_failures"):
-            raise RecordError(f"run_finished.reason {v['reason']!r} is unknown")
-    elif cls is Resolution:
-        if v["outcome"] not in ("executed", "not_executed"):
-            raise RecordError(f"resolution.outcome {v['outcome']!r} is unknown")
-        if v.get("source", "operator") not in ("operator", "reconcile"):
-            raise RecordError(f"resolution.source {v['source']!r} is not operator or reconcile")
-    elif cls is GuardCheck:
-        if v["guard"] not in ("precondition", "verify", "reconcile"):
-            raise RecordError(f"guard_check.guard {v['guard']!r} is not precondition, verify or reconcile")
-        if v.get("rollback") not in (None, "undo", "compensate", "alert"):
-            raise RecordError(f"guard_check.rollback {v['rollback']!r} is not undo, compensate or alert")
-    elif cls is ApprovalRequest:
-        if v["kind"] not in ("approval", "answer"):
-            raise RecordError(f"approval_request.kind {v['kind']!r} is not approval or answer")
-        if v["step"] < 1:
-            raise RecordError("approval_request.step starts at 1")
-        if v.get("call") is not None and v["call"] < 1:
-            raise RecordError("approval_request.call starts at 1")
-    elif cls is Decision:
-        if v["decision"] not in ("approved", "denied", "answered"):
-            raise RecordError(f"decision.decision {v['decision']!r} is not approved, denied or answered")
-        if (v["decision"] == "answered") != (v.get("answer") is not None):
-            raise RecordError("decision.answer goes with an answered decision, and only with one")
-        if v.get("args") is not None and v["decision"] != "approved":
-            raise RecordError("decision.args (edited arguments) go only with an approved decision")
-    elif cls is CheckpointAccepted:
-        for d in v["differences"]:
-            if not (isinstance(d, dict) and d.get("what") in DIFFERENCE_KINDS and isinstance(d.get("name"), str)):
-                raise RecordError("checkpoint_accepted.differences holds {what, name, recorded, now} objects")
-    elif cls is CrashLoopAccepted:
-        if v["resumes"] < 0:
-            raise RecordError("crash_loop_accepted.resumes is not negative")
-    elif cls is Artifact:
-        if v["size"] < 0:
-            raise RecordError("artifact.size must not be negative")
-        if not _SHA256.fullmatch(v["sha256"]):
-            raise RecordError("artifact.sha256 is not 64 lowercase hex digits")
-    elif cls is ModelCallResult:
-        if (v["output"] is None) == (v.get("error") is None):
-            raise RecordError("model_call_result has exactly one of output and error")
-        usage = v.get("usage")
-        if usage is not None:
-            for key in ("input_tokens", "output_tokens"):
-                if key in usage and type(usage[key]) is not int:
-                    raise RecordError(f"model_call_result.usage.{key} must be an integer")
-        out = v["output"]
-        if out is not None:
-            text, call = out.get("text"), out.get("tool_call")
-            if text is not None and not isinstance(text, str):
-                raise RecordError("model_call_result.output.text must be a string")
-            if call is not None and not _is_tool_call(call):
-                raise RecordError("model_call_result.output.tool_call needs a name and args")
-            calls = out.get("tool_calls")
-            if calls is not None and not (
-                isinstance(calls, list)
-                and len(calls) >= 2
-                and all(_is_tool_call(c) for c in calls)
-                and calls[0] == call
-            ):
-                raise RecordError(
-                    "model_call_result.output.tool_calls must list two or more {name, args}, "
-                    "the first of them the tool_call"
-                )
+    check = _CHECKS.get(cls)
+    if check is not None:
+        check(v)
+
+
+def _check_run_started(v: dict[str, Any]) -> None:
+    if schema_major(v["schema_version"]) != SUPPORTED_MAJOR:
+        raise SchemaVersionError(None, v["schema_version"])
+
+
+def _check_intent(v: dict[str, Any]) -> None:
+    if v["kind"] not in ("model_call", "action", "rollback"):
+        raise RecordError(f"intent.kind {v['kind']!r} is not model_call, action or rollback")
+    if v["step"] < 1 or v["attempt"] < 1:
+        raise RecordError("intent step and attempt start at 1")
+    action_fields = ("tool", "args", "replay", "idempotency_key")
+    if v["kind"] != "model_call":
+        if any(v.get(f) is None for f in action_fields):
+            raise RecordError(f"{v['kind']} intent lacks tool, args, replay or idempotency_key")
+        if v["replay"] not in ("safe", "never"):
+            raise RecordError(f"intent.replay {v['replay']!r} is not safe or never")
+    elif any(v.get(f) is not None for f in action_fields) or v.get("call") is not None:
+        raise RecordError("model_call intent carries action fields")
+    call = v.get("call")
+    if call is not None and call < 1:
+        raise RecordError("intent.call starts at 1")
+
+
+def _check_step_completed(v: dict[str, Any]) -> None:
+    if v["step"] < 1:
+        raise RecordError("step_completed.step starts at 1")
+    calls = v.get("calls")
+    if calls is not None:
+        if len(calls) < 2 or not all(_is_call_outcome(c) for c in calls):
+            raise RecordError(
+                "step_completed.calls must list two or more {result_id, tool, observation, is_error}"
+            )
+        if v.get("result_id") is not None or v.get("observation") is not None:
+            raise RecordError("a step_completed with calls has no result_id or observation of its own")
+
+
+def _check_run_finished(v: dict[str, Any]) -> None:
+    if v["reason"] not in ("final_answer", "max_steps", "error", "tool_failures"):
+        raise RecordError(f"run_finished.reason {v['reason']!r} is unknown")
+
+
+def _check_resolution(v: dict[str, Any]) -> None:
+    if v["outcome"] not in ("executed", "not_executed"):
+        raise RecordError(f"resolution.outcome {v['outcome']!r} is unknown")
+    if v.get("source", "operator") not in ("operator", "reconcile"):
+        raise RecordError(f"resolution.source {v['source']!r} is not operator or reconcile")
+
+
+def _check_guard_check(v: dict[str, Any]) -> None:
+    if v["guard"] not in ("precondition", "verify", "reconcile"):
+        raise RecordError(f"guard_check.guard {v['guard']!r} is not precondition, verify or reconcile")
+    if v.get("rollback") not in (None, "undo", "compensate", "alert"):
+        raise RecordError(f"guard_check.rollback {v['rollback']!r} is not undo, compensate or alert")
+
+
+def _check_approval_request(v: dict[str, Any]) -> None:
+    if v["kind"] not in ("approval", "answer"):
+        raise RecordError(f"approval_request.kind {v['kind']!r} is not approval or answer")
+    if v["step"] < 1:
+        raise RecordError("approval_request.step starts at 1")
+    if v.get("call") is not None and v["call"] < 1:
+        raise RecordError("approval_request.call starts at 1")
+
+
+def _check_decision(v: dict[str, Any]) -> None:
+    if v["decision"] not in ("approved", "denied", "answered"):
+        raise RecordError(f"decision.decision {v['decision']!r} is not approved, denied or answered")
+    if (v["decision"] == "answered") != (v.get("answer") is not None):
+        raise RecordError("decision.answer goes with an answered decision, and only with one")
+    if v.get("args") is not None and v["decision"] != "approved":
+        raise RecordError("decision.args (edited arguments) go only with an approved decision")
+
+
+def _check_checkpoint_accepted(v: dict[str, Any]) -> None:
+    for d in v["differences"]:
+        if not (isinstance(d, dict) and d.get("what") in DIFFERENCE_KINDS and isinstance(d.get("name"), str)):
+            raise RecordError("checkpoint_accepted.differences holds {what, name, recorded, now} objects")
+
+
+def _check_crash_loop_accepted(v: dict[str, Any]) -> None:
+    if v["resumes"] < 0:
+        raise RecordError("crash_loop_accepted.resumes is not negative")
+
+
+def _check_artifact(v: dict[str, Any]) -> None:
+    if v["size"] < 0:
+        raise RecordError("artifact.size must not be negative")
+    if not _SHA256.fullmatch(v["sha256"]):
+        raise RecordError("artifact.sha256 is not 64 lowercase hex digits")
+
+
+def _check_model_call_result(v: dict[str, Any]) -> None:
+    if (v["output"] is None) == (v.get("error") is None):
+        raise RecordError("model_call_result has exactly one of output and error")
+    usage = v.get("usage")
+    if usage is not None:
+        for key in ("input_tokens", "output_tokens"):
+            if key in usage and type(usage[key]) is not int:
+                raise RecordError(f"model_call_result.usage.{key} must be an integer")
+    out = v["output"]
+    if out is not None:
+        text, call = out.get("text"), out.get("tool_call")
+        if text is not None and not isinstance(text, str):
+            raise RecordError("model_call_result.output.text must be a string")
+        if call is not None and not _is_tool_call(call):
+            raise RecordError("model_call_result.output.tool_call needs a name and args")
+        calls = out.get("tool_calls")
+        if calls is not None and not (
+            isinstance(calls, list)
+            and len(calls) >= 2
+            and all(_is_tool_call(c) for c in calls)
+            and calls[0] == call
+        ):
+            raise RecordError(
+                "model_call_result.output.tool_calls must list two or more {name, args}, "
+                "the first of them the tool_call"
+            )
+
+
+# The value checks of each record kind, beyond the field types `_SPEC` states.
+_CHECKS: dict[type, Callable[[dict[str, Any]], None]] = {
+    RunStarted: _check_run_started,
+    Intent: _check_intent,
+    StepCompleted: _check_step_completed,
+    RunFinished: _check_run_finished,
+    Resolution: _check_resolution,
+    GuardCheck: _check_guard_check,
+    ApprovalRequest: _check_approval_request,
+    Decision: _check_decision,
+    CheckpointAccepted: _check_checkpoint_accepted,
+    CrashLoopAccepted: _check_crash_loop_accepted,
+    Artifact: _check_artifact,
+    ModelCallResult: _check_model_call_result,
+}
 
 
 def _is_tool_call(call: Any) -> bool:
