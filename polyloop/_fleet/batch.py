@@ -23,19 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .._run.agent import default_directory
-from .plan import (
-    BatchError,
-    BatchLine,
-    Manifest,
-    batch_lock,
-    check_name,
-    default_name,
-    load_manifest,
-    manifest_path,
-    read_goals,
-    reconcile,
-    save_manifest,
-)
+from .manifest import Manifest, batch_lock, load_manifest, manifest_path, reconcile, save_manifest
+from .plan import BatchError, BatchLine, check_name, default_name, read_goals
 from .report import BatchProgress, BatchReport, BatchRun, count
 from .._log.errors import TargetError
 from .._run.target import load_target
@@ -89,11 +78,8 @@ def run_batch(
     the manifest recorded another `target`. A bad line is reported `invalid`;
     the other lines still run.
 
-    With a `postgresql://` URL as `directory`, the runs live in that
-    database: each worker process opens its own `PostgresStore` (its own
-    small connection pool), every run is held through a lease, the manifest
-    is the batch's row of `polyloop_batches`, and one live invocation per
-    batch name is kept by a session advisory lock (docs/reference/stores.md).
+    With a `postgresql://` URL as `directory` the runs, their leases and the
+    manifest live in that database (docs/reference/stores.md).
 
     Args:
         target: the agent, `path/to/file.py:name` or `module.path:name`.
@@ -110,10 +96,9 @@ def run_batch(
         concurrency: runs per worker process at a time.
         processes: worker processes (default: the number of cores).
         progress: called with a `BatchProgress` a few times a second.
-        wait_active: seconds to keep trying a run another process holds
-            (it may be a killed batch's worker letting go) before reporting
-            it `active`; on PostgreSQL at least `lease` + 2 seconds, the time
-            a killed worker's lease takes to lapse.
+        wait_active: seconds to keep trying a run another process holds (a
+            killed batch's worker letting go) before reporting it `active`;
+            on PostgreSQL at least `lease` + 2 seconds.
         lease: on PostgreSQL, seconds a run's lease lasts unrenewed (as
             `PostgresStore(lease=...)`); ignored for a directory.
 
@@ -131,16 +116,10 @@ def run_batch(
         TargetError: the target cannot be loaded.
         BatchInterrupted: Ctrl-C; its `report` says where each run stands.
 
-    Not guaranteed: a run's actions are not atomic with its log (see the
-    recovery model); a worker killed mid-action leaves an unknown execution
-    like any crash, and a `never` one waits for an operator.
+    Not guaranteed: a worker killed mid-action leaves an unknown execution
+    like any crash (docs/explanation/recovery-model.md).
     """
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    if processes is not None and processes < 1:
-        raise ValueError("processes must be at least 1")
-    if lease <= 0:
-        raise ValueError("lease must be positive")
+    _check_sizes(concurrency, processes, lease)
     is_file = isinstance(goals, str | os.PathLike)
     name = check_name(name) if name is not None else (default_name(goals) if is_file else "batch")  # type: ignore[arg-type]
     spec = os.fspath(directory) if directory is not None else (os.environ.get("POLYLOOP_STORE") or default_directory())
@@ -148,30 +127,47 @@ def run_batch(
     lines = read_goals(goals, name=name)
     load_target(target)  # a bad target fails before anything is written
     target = _canonical(target)
-    keeper: _DirectoryBatch | Any
     if on_database:
-        keeper = _database_batch(spec, name)
-        wait_active = max(wait_active, lease + 2.0)
-    else:
-        keeper = _DirectoryBatch(Path(spec), name)
-        if not lines and not keeper.manifest.exists():  # refused before the hold: nothing is left behind
-            raise _no_goals(goals, is_file)
+        wait_active = max(wait_active, lease + 2.0)  # a killed worker's lease lapses first
+    keeper = _database_batch(spec, name) if on_database else _directory_batch(spec, name, lines, goals, is_file)
+    settings = dict(processes=processes or _cores(), concurrency=concurrency, progress=progress,
+                    wait_active=wait_active, lease=lease)
+    return _run_held(keeper, name, target, spec, lines, _no_goals(goals, is_file), settings)
+
+
+def _run_held(
+    keeper: Any, name: str, target: str, spec: str, lines: list[BatchLine], no_goals: BatchError,
+    settings: dict[str, Any],
+) -> BatchReport:
+    """Under the batch's hold: reconcile the lines with its manifest, record what changed, run them."""
     with keeper:
         recorded = keeper.load()
         lines, removed, runs = reconcile(lines, recorded, target=target)
         if not lines and not removed:  # nothing now, nothing before: a wrong or empty file
-            raise _no_goals(goals, is_file)
+            raise no_goals
         if runs != recorded.runs or not keeper.saved:
             keeper.save(target=recorded.target or target, runs=runs)  # the first target stays
-        supervisor = _Supervisor(
-            name, target, spec, lines, removed,
-            processes=processes or _cores(), concurrency=concurrency, progress=progress,
-            wait_active=wait_active, lease=lease,
-        )
+        supervisor = _Supervisor(name, target, spec, lines, removed, **settings)
         try:
             return supervisor.report(supervisor.run())
         finally:
             _withdraw(keeper, recorded.target or target, runs, supervisor.foreign)
+
+
+def _check_sizes(concurrency: int, processes: int | None, lease: float) -> None:
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    if processes is not None and processes < 1:
+        raise ValueError("processes must be at least 1")
+    if lease <= 0:
+        raise ValueError("lease must be positive")
+
+
+def _directory_batch(spec: str, name: str, lines: list[BatchLine], goals: Any, is_file: bool) -> _DirectoryBatch:
+    keeper = _DirectoryBatch(Path(spec), name)
+    if not lines and not keeper.manifest.exists():  # refused before the hold: nothing is left behind
+        raise _no_goals(goals, is_file)
+    return keeper
 
 
 def _withdraw(keeper: Any, target: str, runs: dict[str, dict[str, Any]], foreign: set[str]) -> None:

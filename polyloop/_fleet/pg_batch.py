@@ -32,7 +32,8 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .plan import MANIFEST_VERSION, BatchError, Manifest
+from .manifest import MANIFEST_VERSION, Manifest
+from .plan import BatchError
 from .._log.errors import StoreError
 from ..stores._pg_conn import Connections, first_line, session_options
 from ..stores._pg_schema import ensure_schema

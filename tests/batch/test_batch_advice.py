@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from batch_helpers import Done, World
 
-from polyloop._fleet.plan import batch_lock
+from polyloop._fleet.manifest import batch_lock
 
 
 @pytest.fixture

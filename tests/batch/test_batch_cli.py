@@ -172,7 +172,7 @@ def test_a_run_that_keeps_killing_its_worker_fails_after_three_deaths(world):
 
 
 def test_a_second_invocation_of_a_running_batch_exits_2_and_runs_nothing(world):
-    from polyloop._fleet.plan import batch_lock
+    from polyloop._fleet.manifest import batch_lock
 
     goals = world.goals(["a"])
     world.runs.mkdir()

@@ -8,17 +8,8 @@ import os
 import pytest
 
 from polyloop import BatchError
-from polyloop._fleet.plan import (
-    Manifest,
-    batch_lock,
-    check_name,
-    default_name,
-    load_manifest,
-    manifest_path,
-    read_goals,
-    reconcile,
-    save_manifest,
-)
+from polyloop._fleet.manifest import Manifest, batch_lock, load_manifest, manifest_path, reconcile, save_manifest
+from polyloop._fleet.plan import check_name, default_name, read_goals
 
 
 T = "agents.py:agent"
