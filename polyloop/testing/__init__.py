@@ -21,7 +21,8 @@ without notice.
 
 from typing import Any
 
-from ._contract import PROPERTIES, ContractViolation, StoreContract, check_store, logical
+from ._contract import PROPERTIES, ContractViolation, StoreContract, check_store
+from ._samples import logical
 from ._memory import MemoryStore
 from ._rehearse import Rehearsal, rehearse_rollback
 

@@ -19,7 +19,7 @@ from typing import Any
 from .._run.agent import Agent
 from .._recovery.walker import classify
 from .._log.errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
-from .._log.ids import idempotency_key, rollback_key
+from .._log.ids import idempotency_key
 from .._operate.inspect import mark_resolved
 from .._log.model_port import ScriptedModel
 from .._log.records import (
@@ -31,15 +31,14 @@ from .._log.records import (
     Intent,
     ModelCallResult,
     Record,
-    Resolution,
     RunFinished,
     RunStarted,
     StepCompleted,
 )
-from .._log.records import args_digest
 from .._log.store_port import ArtifactStore, LockingStore, Store
 from .._run.context import ToolContext
 from .._run.tools import tool
+from ._samples import CrashIn, StopAfter, Stopped, approved_run, contract_agent, guarded_run, logical, sample_run
 
 StoreFactory = Callable[[], Any]
 Property = Callable[[StoreFactory], Awaitable[None]]
@@ -63,39 +62,6 @@ async def _make(factory: StoreFactory) -> Store:
 def _expect(condition: bool, message: str) -> None:
     if not condition:
         raise ContractViolation(message)
-
-
-def logical(records: list[Record]) -> list[dict[str, Any]]:
-    """Records without their explicitly non-deterministic fields (timestamps)."""
-    out = []
-    for r in records:
-        fields = {name: getattr(r, name) for name in r.__slots__ if name != "at"}  # type: ignore[union-attr]
-        fields["record"] = r.TAG
-        out.append(fields)
-    return out
-
-
-def _sample_run(run_id: str) -> list[Record]:
-    return [
-        RunStarted(run_id=run_id, goal="contract: ünïcode ✓ \x1b[31m", target=None, config={"max_steps": 3}),
-        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
-        ModelCallResult(
-            result_id="s1-m1",
-            output={"text": "thinking", "tool_call": {"name": "echo", "args": {"text": "hi\n\"q\""}}},
-            usage={"input_tokens": 12, "output_tokens": 3},
-        ),
-        Intent(
-            kind="action", step=1, attempt=1, result_id="s1-a1", tool="echo",
-            args={"text": "hi\n\"q\""}, replay="never",
-            idempotency_key=idempotency_key(run_id, 1, "echo", {"text": "hi\n\"q\""}),
-        ),
-        Resolution(result_id="s1-a1", outcome="executed", observation="hi", by="op", reason="checked"),
-        StepCompleted(step=1, result_id="s1-a1", observation="hi"),
-        Intent(kind="model_call", step=2, attempt=1, result_id="s2-m1"),
-        ModelCallResult(result_id="s2-m1", output={"text": "done", "tool_call": None}, usage=None),
-        StepCompleted(step=2, result_id=None, observation=None),
-        RunFinished(reason="final_answer", result="done", steps=2),
-    ]
 
 
 async def _write(store: Store, run_id: str, record: Record) -> None:
@@ -127,7 +93,7 @@ async def round_trip_every_record_kind(factory: StoreFactory) -> None:
     """Every record kind reads back equal, in order, and classifies."""
     store = await _make(factory)
     run_id = _fresh_id("roundtrip")
-    records = _sample_run(run_id)
+    records = sample_run(run_id)
     for r in records:
         await _write(store, run_id, r)
     got = list(await store.read_log(run_id))
@@ -139,7 +105,7 @@ async def read_back_after_each_write(factory: StoreFactory) -> None:
     """A record is visible to read_log as soon as its write returns."""
     store = await _make(factory)
     run_id = _fresh_id("prefix")
-    records = _sample_run(run_id)
+    records = sample_run(run_id)
     for n, r in enumerate(records, start=1):
         await _write(store, run_id, r)
         got = list(await store.read_log(run_id))
@@ -175,7 +141,7 @@ async def runs_are_isolated(factory: StoreFactory) -> None:
     """Interleaved writes of two runs never mix, even when concurrent."""
     store = await _make(factory)
     ids = [_fresh_id(f"iso{i}") for i in range(8)]
-    logs = {run_id: _sample_run(run_id) for run_id in ids}
+    logs = {run_id: sample_run(run_id) for run_id in ids}
 
     async def write_all(run_id: str) -> None:
         for r in logs[run_id]:
@@ -203,82 +169,22 @@ async def payloads_survive_exactly(factory: StoreFactory) -> None:
     _expect(list(await store.read_log(run_id)) == records, "a large or unusual payload did not round-trip")
 
 
-class _StopAfter(Store):
-    """Wraps a store and stops the run (as a crash would) after step `step` is recorded."""
-
-    def __init__(self, inner: Store, step: int) -> None:
-        self.inner = inner
-        self.step = step
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def write_run_started(self, record: RunStarted) -> None:
-        await self.inner.write_run_started(record)
-
-    async def write_intent(self, run_id: str, record: Intent) -> None:
-        await self.inner.write_intent(run_id, record)
-
-    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        await self.inner.write_model_call_result(run_id, record)
-
-    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        await self.inner.write_step_completed(run_id, record)
-        if record.step == self.step:
-            raise _Stopped
-
-    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
-        await self.inner.write_run_finished(run_id, record)
-
-    async def write_resolution(self, run_id: str, record: Resolution) -> None:
-        await self.inner.write_resolution(run_id, record)
-
-    async def read_log(self, run_id: str) -> Any:
-        return await self.inner.read_log(run_id)
-
-
-class _Stopped(BaseException):
-    """Stands for a crash: not an Exception, so nothing in the loop records it."""
-
-
-def _contract_agent(effects: list[str]) -> Agent:
-    @tool
-    def write(name: str) -> str:
-        """Record a side effect."""
-        effects.append(name)
-        return f"wrote {name}"
-
-    @tool(replay="safe")
-    def read(name: str) -> str:
-        """Read something."""
-        return f"read {name}"
-
-    script = [
-        {"tool": "read", "args": {"name": "a"}},
-        {"tool": "write", "args": {"name": "b"}},
-        {"tool": "read", "args": {"name": "c"}},
-        {"tool": "write", "args": {"name": "d"}},
-        {"final": "all done"},
-    ]
-    return Agent(model=ScriptedModel(script), tools=[read, write], max_steps=10)
-
-
 async def resume_matches_uninterrupted_run(factory: StoreFactory) -> None:
     """A run stopped after step N and resumed writes the same logical log as one never stopped."""
     store = await _make(factory)
     effects: list[str] = []
     base_id = _fresh_id("whole")
-    whole = await _contract_agent(effects).run("contract", run_id=base_id, store=store)
+    whole = await contract_agent(effects).run("contract", run_id=base_id, store=store)
     expected = logical(list(await store.read_log(base_id)))
     for stop in range(1, 5):
         run_id = _fresh_id(f"stop{stop}")
         try:
-            await _contract_agent([]).run("contract", run_id=run_id, store=_StopAfter(store, stop))
-        except _Stopped:
+            await contract_agent([]).run("contract", run_id=run_id, store=StopAfter(store, stop))
+        except Stopped:
             pass
         else:
             raise ContractViolation("the stop wrapper did not stop the run")
-        resumed = await _contract_agent([]).run("contract", run_id=run_id, store=store)
+        resumed = await contract_agent([]).run("contract", run_id=run_id, store=store)
         _expect(
             (resumed.text, resumed.reason, resumed.steps) == (whole.text, whole.reason, whole.steps),
             f"stopped after step {stop}: resumed result {resumed} differs from {whole}",
@@ -299,10 +205,6 @@ async def resume_matches_uninterrupted_run(factory: StoreFactory) -> None:
         _expect(got == expected, f"stopped after step {stop}: the resumed log differs from an uninterrupted one")
 
 
-class _CrashIn(BaseException):
-    """A crash inside a tool, after its side effect."""
-
-
 async def unknown_actions_follow_their_replay_policy(factory: StoreFactory) -> None:
     """An unknown `never` action stops the run; after `not_executed` it runs again; `safe` replays."""
     store = await _make(factory)
@@ -312,7 +214,7 @@ async def unknown_actions_follow_their_replay_policy(factory: StoreFactory) -> N
         def effect(ctx_attempt: int) -> str:
             calls.append(ctx_attempt)
             if len(calls) == 1:
-                raise _CrashIn
+                raise CrashIn
             return "ok"
 
         @tool(replay=policy)  # type: ignore[arg-type]
@@ -326,7 +228,7 @@ async def unknown_actions_follow_their_replay_policy(factory: StoreFactory) -> N
         run_id = _fresh_id(f"policy-{policy}")
         try:
             await agent.run("contract", run_id=run_id, store=store)
-        except _CrashIn:
+        except CrashIn:
             pass
         if policy == "never":
             try:
@@ -375,27 +277,6 @@ async def unknown_major_version_is_refused(factory: StoreFactory) -> None:
     raise ContractViolation("read_log of a log written in format 99.0 did not raise SchemaVersionError")
 
 
-def _guarded_run(run_id: str) -> list[Record]:
-    guards = {"precondition": True, "verify": True, "rollback": "undo", "reconcile": False, "irreversible": False}
-    call = {"name": "pay", "args": {"amount": 5}}
-    key = idempotency_key(run_id, 1, "pay", {"amount": 5})  # the keys a writer derives (rule 36)
-    return [
-        RunStarted(run_id=run_id, goal="guarded", config={"max_steps": 2, "tools": [
-            {"name": "pay", "replay": "never", "guards": guards}]}),
-        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
-        ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": call}),
-        Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="pay", args={"amount": 5},
-               replay="never", idempotency_key=key),
-        GuardCheck(result_id="s1-a1", guard="precondition", passed=True),
-        ActionResult(result_id="s1-a1", observation="paid 5"),
-        GuardCheck(result_id="s1-a1", guard="verify", passed=False, reason="ledger: 4", rollback="undo"),
-        Intent(kind="rollback", step=1, attempt=1, result_id="s1-r1", tool="pay", args={"amount": 5},
-               replay="never", idempotency_key=rollback_key(key)),
-        ActionResult(result_id="s1-r1", observation="undone"),
-        StepCompleted(step=1, result_id="s1-a1", observation="rolled back", is_error=True),
-    ]
-
-
 async def guard_records_round_trip(factory: StoreFactory) -> None:
     """The log format 1.1 records of a guarded action read back equal, in order, and classify.
 
@@ -407,33 +288,13 @@ async def guard_records_round_trip(factory: StoreFactory) -> None:
             and callable(getattr(store, "write_action_result", None))):
         return
     run_id = _fresh_id("guards")
-    records = _guarded_run(run_id)
+    records = guarded_run(run_id)
     for r in records:
         await _write(store, run_id, r)
     got = list(await store.read_log(run_id))
     _expect(got == records, f"read_log returned {got!r}, expected {records!r}")
     verdict = classify(got, run_id=run_id)
     _expect(verdict.execution("s1-a1").state == "rolled_back", "the guarded run should classify as rolled back")
-
-
-def _approved_run(run_id: str) -> list[Record]:
-    args = {"amount": 500}
-    sha = args_digest(args)
-    call = {"name": "pay", "args": args}
-    key = idempotency_key(run_id, 1, "pay", args)  # the request's, which its edited action keeps
-    return [
-        RunStarted(run_id=run_id, goal="approved", config={"max_steps": 2, "tools": [
-            {"name": "pay", "replay": "never", "approval": "required"}]}),
-        Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
-        ModelCallResult(result_id="s1-m1", output={"text": None, "tool_call": call}),
-        ApprovalRequest(result_id="s1-a1", step=1, kind="approval", tool="pay", args=args, args_sha256=sha,
-                        idempotency_key=key, reason="the tool requires approval"),
-        Decision(id="s1-a1", decision="approved", by="ann@host", request_sha256=sha,
-                 args_sha256=args_digest({"amount": 400}), reason="cap", args={"amount": 400}),
-        Intent(kind="action", step=1, attempt=1, result_id="s1-a1", tool="pay", args={"amount": 400},
-               replay="never", idempotency_key=key),
-        StepCompleted(step=1, result_id="s1-a1", observation="paid 400"),
-    ]
 
 
 async def approval_records_round_trip(factory: StoreFactory) -> None:
@@ -448,7 +309,7 @@ async def approval_records_round_trip(factory: StoreFactory) -> None:
             and callable(getattr(store, "write_decision", None))):
         return
     run_id = _fresh_id("approval")
-    records = _approved_run(run_id)
+    records = approved_run(run_id)
     for r in records:
         await _write(store, run_id, r)
     got = list(await store.read_log(run_id))
