@@ -1,7 +1,7 @@
 """Many runs of one agent: `run_batch`, where running the same batch again is the resume.
 
 The parent plans (reads the goals, checks them against the manifest) and
-hands runs to worker processes (`_batch_worker`), each running up to
+hands runs to worker processes (`polyloop/_fleet/worker.py`), each running up to
 `concurrency` runs on its own event loop. A worker that dies is replaced and
 the runs it held go back in the queue; they resume by the rules that follow
 any crash. See docs/how-to/run-a-thousand-rollouts.md.
