@@ -46,24 +46,33 @@ def _server() -> tuple[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A URL whose sessions use a schema of their own, dropped at the end of the test session.
-
-    The database may be shared: the tests' queued runs never meet anyone else's.
-    """
+def pg_server() -> Iterator[str]:
+    """The test server's URL (the one at $POLYLOOP_TEST_PG_URL, or a throwaway pgserver)."""
     url, server = _server()
-    schema = f"polyloop_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        yield with_search_path(url, schema)
+        yield url
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
         if server is not None:
             server.cleanup()
             for created in _CREATED:
                 shutil.rmtree(created, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server) -> Iterator[str]:
+    """A URL whose sessions use a schema of this test's own, dropped when the test ends.
+
+    The database may be shared, and a worker claims whatever its queue holds: a run another test
+    left queued or leased (a killed worker's) must never reach this test's workers.
+    """
+    schema = f"polyloop_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_search_path(pg_server, schema)
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture

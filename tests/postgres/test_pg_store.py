@@ -69,6 +69,7 @@ async def test_a_bad_log_raises_what_the_jsonl_store_raises(store, pg_conn, tmp_
         obj = orjson.loads(encode_record(RunStarted(run_id=run_id, goal="g")))
         bad = orjson.dumps({**obj, "schema_version": "9.0"})
     line = bad
+    assert not await store.exists(run_id)  # the store makes its tables on first use; this test's schema is new
     pg_conn.execute("INSERT INTO polyloop_runs (run_id, next_seq) VALUES (%s, 1)", (run_id,))
     pg_conn.execute(
         "INSERT INTO polyloop_records (run_id, seq, epoch, kind, body) VALUES (%s, 0, 0, 'x', %s::json)",
