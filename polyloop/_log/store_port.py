@@ -286,6 +286,12 @@ class ManyReadingStore(Protocol):
     async def live_holders(self) -> Any: ...
 
 
+@runtime_checkable
+class _Locks(Protocol):
+    # `lock` alone: a store older than some record kinds still holds its runs.
+    def lock(self, run_id: str) -> AbstractAsyncContextManager[Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a store can do beyond the six writes and `read_log` every store has.
@@ -346,7 +352,7 @@ def capabilities_of(store: object) -> Capabilities:
     return Capabilities(
         writes=frozenset(cls for cls, proto in OPTIONAL_WRITES.items() if isinstance(store, proto)),
         batching=isinstance(store, BatchingStore),
-        locking=isinstance(store, LockingStore),
+        locking=isinstance(store, _Locks),
         probing=isinstance(store, ProbingStore),
         holding=isinstance(store, HoldingStore),
         parsing=isinstance(store, ParsingStore),

@@ -28,7 +28,7 @@ from ._pg_append import append
 from ._pg_claims import Claims
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
-from ._pg_lease import Lease, LeaseLostError
+from ._pg_lease import Lease, LeaseClock, LeaseLostError, public_signature
 from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
@@ -95,6 +95,7 @@ class PostgresStore(RecordWrites, Claims, Queue):
         max_connections: int = 8,
         connect_timeout: float = 5.0,
         name: str | None = None,
+        _clock: LeaseClock | None = None,
     ) -> None:
         if lease <= 0:
             raise ValueError("lease must be positive")
@@ -112,6 +113,7 @@ class PostgresStore(RecordWrites, Claims, Queue):
         self._ready = False
         self._next: dict[str, int] = {}
         self._leases: dict[str, Lease] = {}
+        self._clock = _clock if _clock is not None else LeaseClock()  # the holder's time (a test seam)
         self._strays: set[asyncio.Task[None]] = set()  # renewals left to unwind after a loss
 
     def __repr__(self) -> str:
@@ -411,3 +413,7 @@ class PostgresStore(RecordWrites, Claims, Queue):
                 if not numbered_right(count, first, last, next_seq):
                     parsed.problems += await numbering_problems(conn, run_id, count, first, last, next_seq)
         return logs
+
+
+# The clock seam is private: the public signature is the documented one.
+PostgresStore.__signature__ = public_signature(PostgresStore.__init__)  # type: ignore[attr-defined]
