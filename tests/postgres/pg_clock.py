@@ -48,3 +48,15 @@ class FakeClock(LeaseClock):
         moved, self._moved = self._moved, None
         if moved is not None:
             moved.set()
+
+
+def lapse(conn: Any, run_id: str) -> None:
+    """Let the run's lease run out on the database's clock now, as if its holder's time had passed.
+
+    For a holder in another process (a `polyloop worker`), which no fake clock of the test reaches:
+    only the database's side of its time moves, and only for this run.
+    """
+    conn.execute(
+        "UPDATE polyloop_runs SET lease_until = clock_timestamp() WHERE run_id = %s AND holder IS NOT NULL",
+        (run_id,),
+    )
