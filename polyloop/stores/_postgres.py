@@ -161,8 +161,9 @@ class PostgresStore(RecordWrites, Claims, Queue):
     # Every `write_*` is `RecordWrites`' (polyloop/stores/_writes.py), over
     # `_append_records`: durable records are committed synchronously before
     # the write returns; the others (asynchronous commit) travel with the
-    # run's next durable one. A `resolution` or `decision` makes a parked
-    # queued run claimable again (the one in the append's own statement).
+    # run's next durable one. A `resolution` makes a parked queued run
+    # claimable again in the append's own statement (`_pg_append.py`), a
+    # `decision` in a second one (below).
 
     async def write_decision(self, run_id: str, record: Decision) -> None:
         """Append a person's decision (log format 1.2); a parked queued run becomes claimable again.
