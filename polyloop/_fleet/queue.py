@@ -11,7 +11,7 @@ shows the whole workflow.
 from __future__ import annotations
 
 import asyncio
-import time
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from .._log.ids import check_run_id, new_run_id
 from .._run.target import canonical_target, load_target
 
 if TYPE_CHECKING:
-    from ..stores._pg_lease import Lease
+    from ..stores._pg_lease import Lease, LeaseClock
     from ..stores._postgres import PostgresStore
 
 _EXTRA_CANDIDATES = 4
@@ -111,6 +111,7 @@ class Worker:
         poll: float = 1.0,
         on_event: Callable[[WorkerEvent], None] | None = None,
         until_idle: bool = False,
+        _clock: LeaseClock | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -123,6 +124,7 @@ class Worker:
         self._now = asyncio.Event()
         self._running: dict[asyncio.Task[None], Lease] = {}
         self._backoff: dict[str, float] = {}  # run id -> when to try it again
+        self._clock = _clock if _clock is not None else store._clock  # the store's lease clock (a test seam)
 
     def stop(self, *, now: bool = False) -> None:
         """Stop claiming; let held runs go at their next call (`now`: cancel them)."""
@@ -151,7 +153,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 idle = False
-                if not failures or time.monotonic() >= next_look:
+                if not failures or self._clock.monotonic() >= next_look:
                     try:
                         claimed = await self._fill()
                         idle = self.until_idle and not claimed and not self._running and not await self.store.queued()
@@ -167,7 +169,7 @@ class Worker:
                             detail = f"the store answers again after {failures} failed looks"
                             self.on_event(WorkerEvent("recovered", None, detail=detail))
                         failures = 0
-                    next_look = time.monotonic() + self._delay(failures)
+                    next_look = self._clock.monotonic() + self._delay(failures)
                 if first:
                     first = False
                     detail = f"{self.store.name}, {self.concurrency} at a time, lease {self.store.lease:g} s"
@@ -175,7 +177,7 @@ class Worker:
                 if idle:
                     return
                 room = len(self._running) < self.concurrency
-                await self._wait(timeout=max(0.0, next_look - time.monotonic()) if room else None)
+                await self._wait(timeout=max(0.0, next_look - self._clock.monotonic()) if room else None)
         finally:
             await self._wind_down()
 
@@ -192,7 +194,7 @@ class Worker:
         if room <= 0:
             return 0
         claimed = 0
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self._backoff = {run_id: until for run_id, until in self._backoff.items() if until > now}
         skip = {lease.run_id for lease in self._running.values()} | set(self._backoff)
         # Look past the runs to skip, and a few more in case others are faster.
@@ -207,7 +209,7 @@ class Worker:
                 continue  # another worker was faster
             except StoreError as exc:  # e.g. a lock timeout behind a frozen client: try the others
                 self.on_event(WorkerEvent("error", run_id, detail=str(exc)))
-                self._backoff[run_id] = time.monotonic() + self.store.lease
+                self._backoff[run_id] = self._clock.monotonic() + self.store.lease
                 continue
             self._backoff.pop(run_id, None)
             task = asyncio.create_task(self._drive(lease), name=f"polyloop-run-{run_id}")
@@ -296,3 +298,8 @@ class Worker:
         detail = result.reason if result.error is None else f"{result.reason}: {result.error}"
         return WorkerEvent("finish", rid, epoch, detail)
 
+
+# The clock seam is private: the public signature is the documented one.
+Worker.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [p for p in inspect.signature(Worker.__init__).parameters.values() if p.name not in ("self", "_clock")]
+)

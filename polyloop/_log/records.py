@@ -346,6 +346,33 @@ NEW_IN_1_2: tuple[type, ...] = (
 )
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
+# The durability rule, written once: whether a store must make the record
+# (and every record of its run written before it) survive a crash of the
+# machine before the write returns (True), or only a crash of the process
+# (False: the run's next durable write makes it durable too, prefix
+# durability). True for what precedes an effect or a person's word and for
+# the end marker; False for results, step records and product references,
+# which the next intent (or the end marker) flushes with it. Every store
+# follows this table (`polyloop._log.store_port.Store`,
+# docs/reference/stores.md); a new record kind adds its row here.
+DURABLE: dict[type, bool] = {
+    RunStarted: True,
+    Intent: True,
+    ModelCallResult: False,
+    StepCompleted: False,
+    RunFinished: True,
+    Resolution: True,
+    GuardCheck: True,
+    ActionResult: False,
+    ApprovalRequest: True,
+    Decision: True,
+    CheckpointAccepted: True,
+    Resumed: True,
+    CrashLoopAccepted: True,
+    Artifact: False,
+}
+assert set(DURABLE) == set(RECORD_TYPES), "every record kind has its row in DURABLE"
+
 
 # One error tree (polyloop._log.errors): an unknown major version is the same
 # `SchemaVersionError` whichever reader meets it.

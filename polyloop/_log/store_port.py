@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .records import (
@@ -35,17 +36,15 @@ class Store(Protocol):
     Ordering: records of one run must read back in the order their writes
     returned. The library never issues two writes for the same run at once.
 
-    Durability: when `write_run_started`, `write_intent`, `write_run_finished`,
-    `write_resolution`, `write_guard_check`, `write_approval_request` or
-    `write_decision` returns, the record (and every record of that run
-    `write_resolution`, `write_guard_check` or one of the 1.2 writes
-    (`write_checkpoint_accepted`, `write_resumed`, `write_crash_loop_accepted`) returns, the record (and every record of that run
-    written before it) must survive a crash of the process and of the
-    machine. `write_model_call_result`, `write_step_completed` and
-    `write_action_result` need only
-    survive a crash of the process; the next durable write of the run makes
-    them durable too (prefix durability). A write that raises may or may not
-    have landed, but must never leave a partial record visible.
+    Durability: which writes are durable is written once, in the table
+    `polyloop._log.records.DURABLE` (record class -> bool; the list is in
+    docs/reference/stores.md). When a durable write returns, the record and
+    every record of that run written before it must survive a crash of the
+    process and of the machine. Any other write need only survive a crash of
+    the process: the run's next durable write makes it durable too (prefix
+    durability). A write that raises may or may not have landed, but must
+    never leave a partial record visible. Our stores derive every `write_*`
+    method from that table in one place (`polyloop.stores._writes.RecordWrites`).
 
     Concurrency: writes of different runs may run concurrently. Nothing here
     promises atomicity between a record and the side effect it describes —
@@ -149,7 +148,8 @@ class LockingStore(Store, Protocol):
     `lock(run_id)` is an async context manager held for the whole life of a
     run or a resolution; a second holder, in this process or another, gets
     `RunActiveError` at once. It may yield the `ParsedLog` it read while
-    taking the hold (then the caller does not read the log again) or None. The hold must end when its holder dies
+    taking the hold (then the caller does not read the log again) or None.
+    The hold must end when its holder dies
     (an OS lock does this; across machines, a lease that lapses).
     """
 
@@ -236,3 +236,148 @@ class ArtifactStore(Protocol):
         tool's result, which may quote it, follows the reference).
         """
         ...
+
+
+# -- optional capabilities: declared once, discovered one way -------------------------------
+
+
+@runtime_checkable
+class GuardingStore(Protocol):
+    """A store that keeps guards' verdicts and what verified actions returned (log format 1.1)."""
+
+    async def write_guard_check(self, run_id: str, record: GuardCheck) -> None: ...
+
+    async def write_action_result(self, run_id: str, record: ActionResult) -> None: ...
+
+
+@runtime_checkable
+class ApprovingStore(Protocol):
+    """A store that keeps requests for a person and their decisions (log format 1.2)."""
+
+    async def write_approval_request(self, run_id: str, record: ApprovalRequest) -> None: ...
+
+    async def write_decision(self, run_id: str, record: Decision) -> None: ...
+
+
+@runtime_checkable
+class CheckpointingStore(Protocol):
+    """A store that keeps accepted checkpoint changes (log format 1.2)."""
+
+    async def write_checkpoint_accepted(self, run_id: str, record: CheckpointAccepted) -> None: ...
+
+
+@runtime_checkable
+class CountingStore(Protocol):
+    """A store that keeps the marks of resumes and lifted crash loops (log format 1.2)."""
+
+    async def write_resumed(self, run_id: str, record: Resumed) -> None: ...
+
+    async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None: ...
+
+
+@runtime_checkable
+class ManyReadingStore(Protocol):
+    """A store that reads many logs and their holders in one go (`polyloop ls`), and says where it is."""
+
+    where: str
+
+    async def read_parsed_many(self, run_ids: list[str]) -> Any: ...
+
+    async def live_holders(self) -> Any: ...
+
+
+@runtime_checkable
+class _Locks(Protocol):
+    # `lock` alone: a store older than some record kinds still holds its runs.
+    def lock(self, run_id: str) -> AbstractAsyncContextManager[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a store can do beyond the six writes and `read_log` every store has.
+
+    Declared by our stores as a class attribute `capabilities` (the idea of
+    SQLAlchemy's `Dialect.supports_*` flags); discovered for any store by
+    `capabilities_of`, the one place that looks.
+
+    Attributes:
+        writes: the optional record kinds it appends (`GuardCheck`,
+            `ActionResult`, `ApprovalRequest`, `Decision`,
+            `CheckpointAccepted`, `Resumed`, `CrashLoopAccepted`; `Artifact`
+            comes with `artifacts`).
+        batching: `write_intents` (`BatchingStore`).
+        locking: `lock` (`LockingStore`).
+        probing: `exists` (`ProbingStore`).
+        holding: `holder` (`HoldingStore`).
+        parsing: `read_parsed` (`ParsingStore`).
+        artifacts: products and `write_artifact` (`ArtifactStore`).
+        reads_many: `read_parsed_many`, `live_holders` and `where` (`ManyReadingStore`).
+    """
+
+    writes: frozenset[type] = frozenset()
+    batching: bool = False
+    locking: bool = False
+    probing: bool = False
+    holding: bool = False
+    parsing: bool = False
+    artifacts: bool = False
+    reads_many: bool = False
+
+
+# The optional record kinds, each with the protocol of a store that writes it.
+OPTIONAL_WRITES: dict[type, type] = {
+    GuardCheck: GuardingStore,
+    ActionResult: GuardingStore,
+    ApprovalRequest: ApprovingStore,
+    Decision: ApprovingStore,
+    CheckpointAccepted: CheckpointingStore,
+    Resumed: CountingStore,
+    CrashLoopAccepted: CountingStore,
+}
+EVERY_WRITE: frozenset[type] = frozenset(OPTIONAL_WRITES)
+
+
+def capabilities_of(store: object) -> Capabilities:
+    """The store's optional capabilities: as it declares them, else as its methods show.
+
+    A store that declares a `Capabilities` as `capabilities` (ours do; a
+    wrapper that forwards attributes forwards its inner store's) is taken
+    at its word. Any other store is discovered here, and only here, by the
+    runtime-checkable protocols above: a method it lacks, or sets to None,
+    is a capability it has not.
+    """
+    declared = getattr(store, "capabilities", None)
+    if isinstance(declared, Capabilities):
+        return declared
+    return Capabilities(
+        writes=frozenset(cls for cls, proto in OPTIONAL_WRITES.items() if isinstance(store, proto)),
+        batching=isinstance(store, BatchingStore),
+        locking=isinstance(store, _Locks),
+        probing=isinstance(store, ProbingStore),
+        holding=isinstance(store, HoldingStore),
+        parsing=isinstance(store, ParsingStore),
+        artifacts=isinstance(store, ArtifactStore),
+        reads_many=isinstance(store, ManyReadingStore),
+    )
+
+
+def writers_of(store: Any, can: Capabilities | None = None) -> dict[type, Any]:
+    """Each record kind's write method of `store`, or None where it lacks the capability to keep it."""
+    can = can if can is not None else capabilities_of(store)
+    writes = can.writes
+    return {
+        RunStarted: store.write_run_started,
+        Intent: store.write_intent,
+        ModelCallResult: store.write_model_call_result,
+        StepCompleted: store.write_step_completed,
+        RunFinished: store.write_run_finished,
+        Resolution: store.write_resolution,
+        GuardCheck: store.write_guard_check if GuardCheck in writes else None,
+        ActionResult: store.write_action_result if ActionResult in writes else None,
+        ApprovalRequest: store.write_approval_request if ApprovalRequest in writes else None,
+        Decision: store.write_decision if Decision in writes else None,
+        CheckpointAccepted: store.write_checkpoint_accepted if CheckpointAccepted in writes else None,
+        Resumed: store.write_resumed if Resumed in writes else None,
+        CrashLoopAccepted: store.write_crash_loop_accepted if CrashLoopAccepted in writes else None,
+        Artifact: store.write_artifact if can.artifacts else None,
+    }

@@ -18,7 +18,7 @@ from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
 from .._run.hold import walked, write_settlement
 from .._log.records import Decision, DecisionKind, args_digest, representable
-from .._log.store_port import Store
+from .._log.store_port import Store, capabilities_of
 from .._log.who import REASON, said, settled_by
 
 
@@ -154,8 +154,7 @@ async def _decide(
             orjson.dumps(args)
         except TypeError as exc:
             raise DecisionError(run_id, request_id, f"edited arguments cannot be recorded: {exc}") from None
-    writer = getattr(store, "write_decision", None)
-    if writer is None:
+    if Decision not in capabilities_of(store).writes:
         raise StoreError("the store cannot write decision records (log format 1.2): it lacks write_decision",
                          run_id=run_id)
     async with walked(store, run_id) as walker:
@@ -177,7 +176,8 @@ async def _decide(
             args=edited,
             answer=representable(answer) if answer is not None else None,
         )
-        return await write_settlement(writer, walker, run_id, record, "decision")
+        return await write_settlement(store.write_decision,  # type: ignore[attr-defined]
+                                       walker, run_id, record, "decision")
 
 
 def _open_request(walker: Walker, run_id: str, request_id: str, kind: DecisionKind) -> Any:

@@ -25,7 +25,7 @@ from .._recovery.plan import (
 )
 from .outlook import outlook
 from .._log.records import CheckpointAccepted, Record, Resolution, representable
-from .._log.store_port import HoldingStore, ParsingStore, Store
+from .._log.store_port import Store, capabilities_of
 from .._log.who import REASON, said, settled_by
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
@@ -312,10 +312,10 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
         StoreError: the log cannot be read.
     """
     check_run_id(run_id)
-    holder = await maybe_await(store.holder(run_id)) if isinstance(store, HoldingStore) else None
-    torn_line = None
-    if isinstance(store, ParsingStore):
-        parsed = await store.read_parsed(run_id)
+    can, torn_line = capabilities_of(store), None
+    holder = await maybe_await(store.holder(run_id)) if can.holding else None  # type: ignore[attr-defined]
+    if can.parsing:
+        parsed = await store.read_parsed(run_id)  # type: ignore[attr-defined]
         records: tuple[Record, ...] = tuple(parsed.records)
         torn_line = parsed.torn_line
         if parsed.problems:

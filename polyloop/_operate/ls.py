@@ -26,7 +26,7 @@ from .._files import NotRegularFileError, read_regular
 from .._log.ids import check_run_id
 from .inspect import RunStatus, inspect_run
 from .._log.records import Artifact
-from .._log.store_port import Store
+from .._log.store_port import Capabilities, Store, capabilities_of
 from ..stores._disk import Disk
 from .verify import _ignore_sigint
 from ..stores._jsonl import JsonlStore
@@ -198,6 +198,8 @@ def _summary(run_id: str, report: Any, file: str) -> RunSummary:
 class _Read:
     """One run of a store as `inspect_run` sees it: the holder and the log read beforehand."""
 
+    capabilities = Capabilities(holding=True, parsing=True)
+
     def __init__(self, holder: str | None, parsed: ParsedLog) -> None:
         self._holder = holder
         self._parsed = parsed
@@ -220,9 +222,8 @@ async def _store_summaries(
     directory, the holder is probed before the log is read.
     """
     run_ids: list[str] = await store.list_runs()  # type: ignore[attr-defined]
-    where = getattr(store, "where", None)
-    prefix = f"postgresql://{where}/" if isinstance(where, str) else ""
-    batched = hasattr(store, "read_parsed_many") and hasattr(store, "live_holders")
+    batched = capabilities_of(store).reads_many
+    prefix = f"postgresql://{store.where}/" if batched else ""  # type: ignore[attr-defined]
     found: list[RunSummary] = []
     total = len(run_ids)
     for start in range(0, total, _CHUNK):

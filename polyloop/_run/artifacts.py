@@ -29,7 +29,7 @@ from .._recovery.on_artifacts import product_path
 from .._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
 from .._log.ids import check_product_name
 from .._log.records import Artifact
-from .._log.store_port import ArtifactStore, Store
+from .._log.store_port import Store, capabilities_of
 from ..stores._products import NotRegularProductError
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def accepted_products(walker: Walker) -> set[tuple[str, str | None]]:
     """
     return {
         (d["name"], d["now"].get("sha256") if isinstance(d.get("now"), dict) else None)
-        for rec in getattr(walker, "accepted", ())
+        for rec in walker.accepted
         for d in rec.differences
         if d.get("what") == "product"
     }
@@ -189,7 +189,7 @@ def product_refusal(
 ) -> CheckpointError:
     """The `CheckpointError` that refuses a run over changed products, naming both ways forward."""
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-    lacks = "" if isinstance(store, ArtifactStore) else f" ({_lacks(store)})"
+    lacks = "" if capabilities_of(store).artifacts else f" ({_lacks(store)})"
     message = (
         f"run {run_id!r} {when}: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
         "the run recorded could mix old and new products; start over under a new run id, or accept the "
@@ -225,7 +225,7 @@ async def check_products(store: Store, walker: Walker, *, when: str = "cannot re
 
 async def _get(store: Store, run_id: str, name: str) -> tuple[bytes | None, str | None]:
     """The product's bytes (None: no regular file holds them) and, if something else stands there, what."""
-    if not isinstance(store, ArtifactStore):
+    if not capabilities_of(store).artifacts:
         return None, None
     try:
         return await store.get_product(run_id, name), None
@@ -310,7 +310,7 @@ class Artifacts:
         check_product_name(name)
         content = as_bytes(data)
         store = run.store
-        if not isinstance(store, ArtifactStore):
+        if not capabilities_of(store).artifacts:
             raise StoreError(f"cannot store product {name!r}: {_lacks(store)}", run_id=run.run_id)
         digest = hashlib.sha256(content).hexdigest()
         path = product_path(run.run_id, name)

@@ -19,7 +19,7 @@ from typing import Any
 from .._log.codec import ParsedLog
 from .._log.errors import CorruptLogError, PolyLoopError, RunNotFoundError, StoreError
 from .._log.records import Record
-from .._log.store_port import LockingStore, ProbingStore, Store
+from .._log.store_port import Store, capabilities_of
 from .._recovery.walker import Recovery, Walker, walk
 
 # Classifying a log this long moves off the event loop (other runs share it).
@@ -49,13 +49,14 @@ async def held(
     `must_exist`, a run without a log raises the store's `RunNotFoundError`
     before any hold is taken (so a mistyped id leaves nothing behind).
     """
-    if must_exist and isinstance(store, ProbingStore) and not await maybe_await(store.exists(run_id)):
+    can = capabilities_of(store)
+    if must_exist and can.probing and not await maybe_await(store.exists(run_id)):  # type: ignore[attr-defined]
         await store.read_log(run_id)  # raises the store's own RunNotFoundError
     read = store.read_log if must_exist else functools.partial(read_or_none, store)
-    if not isinstance(store, LockingStore):
+    if not can.locking:
         yield await read(run_id)
         return
-    async with store.lock(run_id) as taken:
+    async with store.lock(run_id) as taken:  # type: ignore[attr-defined]
         records = records_of(taken, run_id)
         yield records if records is not None else await read(run_id)
 

@@ -58,21 +58,17 @@ from .artifacts import Artifacts, check_products
 from .._log.records import (
     ActionResult,
     ApprovalRequest,
-    CheckpointAccepted,
-    CrashLoopAccepted,
-    Artifact,
     FinishReason,
     GuardCheck,
     Intent,
     ModelCallResult,
     Record,
-    Resolution,
     Resumed,
     RunFinished,
     StepCompleted,
     representable,
 )
-from .._log.store_port import Store
+from .._log.store_port import Store, capabilities_of, writers_of
 from .decisions import check_recorded, request_for
 from .guards import carry_out, redeliver
 from .history import assistant_turn, rebuild_history, tool_turn
@@ -114,25 +110,13 @@ class _Run:
         # unknown tool, arguments that do not fit): (step, call) -> observation.
         self.refused: dict[tuple[int, int], str] = {}
         self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
-        self._write_intents = getattr(store, "write_intents", None)
+        can = capabilities_of(store)
+        self._write_intents = store.write_intents if can.batching else None  # type: ignore[attr-defined]
         # Resumed with an action in flight: a product it may have replaced is only `unsettled`
         # (see polyloop._run.artifacts); once its step completes, every product is checked again
         # (leaving alone what a `checkpoint_accepted` record accepted, also this resume's).
         self.recheck_products = bool(walker.artifacts) and bool(walker.in_flight())
-        self._writers = {
-            Intent: store.write_intent,
-            ModelCallResult: store.write_model_call_result,
-            StepCompleted: store.write_step_completed,
-            RunFinished: store.write_run_finished,
-            Resolution: store.write_resolution,
-            GuardCheck: getattr(store, "write_guard_check", None),
-            ActionResult: getattr(store, "write_action_result", None),
-            ApprovalRequest: getattr(store, "write_approval_request", None),
-            CheckpointAccepted: getattr(store, "write_checkpoint_accepted", None),
-            Resumed: getattr(store, "write_resumed", None),
-            CrashLoopAccepted: getattr(store, "write_crash_loop_accepted", None),
-            Artifact: getattr(store, "write_artifact", None),
-        }
+        self._writers = writers_of(store, can)  # None where the store lacks the capability
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
             if (t.guard_config() or None) != recorded and any(

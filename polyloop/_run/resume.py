@@ -20,6 +20,7 @@ from .artifacts import bad_products
 from .._log.errors import CrashLoopError, InvalidInputError
 from .._recovery.plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
 from .._log.records import CheckpointAccepted, CrashLoopAccepted, Resumed
+from .._log.store_port import capabilities_of
 from .validity import differences, refusal
 from .._log.who import BY, REASON, said, settled_by
 
@@ -70,7 +71,7 @@ class Resume:
                 tool = getattr(nxt.execution, "tool", None)
                 raise CrashLoopError(run.run_id, nxt.resumes, nxt.limit, nxt.step, tool)
             await run.write(CrashLoopAccepted(resumes=nxt.resumes, reason=self.reason or "", by=by))
-        if walker.minor >= 2 and callable(getattr(run.store, "write_resumed", None)):
+        if walker.minor >= 2 and Resumed in capabilities_of(run.store).writes:
             await run.write(Resumed(by=by))
         walker.go_live()
         if self.on_resume is not None:

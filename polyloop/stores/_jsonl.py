@@ -1,15 +1,15 @@
 """The embedded default store: one append-only JSONL file per run.
 
 Durability rules (docs/reference/log-format.md, "Durability"): every write
-appends one whole record and fsyncs when the record kind requires it
-(`run_started`, intents, `run_finished`, `resolution`, `guard_check`). While
+appends one whole record and fsyncs when the record kind requires it (the
+table `polyloop._log.records.DURABLE`, followed through `_writes.py`). While
 the store holds a run (its lock), the run's log stays open from its first
 append to the end of the hold, and each durable append first checks that the
 path still names that file (a log replaced or removed under the run stops
 it); outside a hold every append opens and closes the file. Every append
 is a single `write(2)` to the page cache, done inline: it survives a process
 crash at once; the ones that need no fsync (model call results, step
-records) reach the disk with the run's next fsync. The fsync never runs on
+records, product references) reach the disk with the run's next fsync. The fsync never runs on
 the event loop: the fsyncs asked for in one iteration of the loop go to the
 kernel together as asynchronous fsyncs (`_aio.py`: one system call for all
 the runs, no thread), or, where the kernel does not offer them, each to one
@@ -40,6 +40,7 @@ from .._log.codec import ParsedLog, parse_log
 from .._log.errors import RunNotFoundError, StoreError
 from .._log.ids import check_run_id
 from .._log.records import Record
+from .._log.store_port import EVERY_WRITE, Capabilities
 from ._aio import Syncer
 from ._disk import Disk, not_regular_problem, why
 from ._jsonl_write import Appends, OpenLog, drop_syncers, safe_id
@@ -85,6 +86,10 @@ class JsonlStore(Appends, Products):
     Raises:
         StoreUrlError: `directory` is a URL (`scheme://...`), not a directory.
     """
+
+    capabilities = Capabilities(
+        writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True, artifacts=True
+    )
 
     # The disk seam is private: the public signature is `JsonlStore(directory)`.
     __signature__ = inspect.Signature(

@@ -22,17 +22,22 @@ from typing import Any
 
 from .._log.errors import InvalidRunIdError, RunExistsError, StoreError
 from .._log.ids import check_run_id
-from .._log.records import Intent, ModelCallResult, Resolution, RunFinished, RunStarted, StepCompleted, encode
+from .._log.records import Record, RunStarted, encode
 from ._aio import Refused, Syncer, open_syncer
 from ._disk import SAFE, Disk, kind_of, why
 from ._lockfile import alive
+from ._writes import RecordWrites
 
 _APPEND = os.O_WRONLY | os.O_APPEND | SAFE
 # Refusals of an asynchronous fsync that mean "not here" rather than "not now".
 _NO_AIO = {errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP}
 
-class Appends:
-    """The writes of `JsonlStore` (a mixin: the store owns the state and the disk threads)."""
+class Appends(RecordWrites):
+    """The writes of `JsonlStore` (a mixin: the store owns the state and the disk threads).
+
+    Implements `_append_records`, from which `RecordWrites` derives every
+    `write_*` method and so which appends are fsynced.
+    """
 
     directory: Path
     _dir: str
@@ -50,7 +55,23 @@ class Appends:
     _file: Callable[[str], str]
     _hand_off: Callable[[Callable[[], Any]], Any]
 
-    async def write_run_started(self, record: RunStarted) -> None:
+    async def _append_records(self, run_id: str, records: Sequence[Record], *, durable: bool) -> None:
+        """The one append (polyloop/stores/_writes.py): one write(2) of the records, fsynced if `durable`."""
+        if len(records) == 1:
+            record = records[0]
+            if type(record) is RunStarted:
+                await self._create_log(record)
+                return
+            data = encode(record)
+        else:
+            data = b"".join([encode(r) for r in records])
+        if durable:
+            await self._append_durable(run_id, data)
+        else:
+            await self._append_soon(run_id, data)
+
+    async def _create_log(self, record: RunStarted) -> None:
+        """Create the log with its first record, durable with its name in the directory."""
         path, data, run_id = self._file(record.run_id), encode(record), record.run_id
         # The file on a disk thread (creating names in a directory can wait
         # on the directory's own fsync); then the directory's fsync, shared
@@ -68,25 +89,6 @@ class Appends:
         except OSError as exc:
             raise StoreError(f"cannot sync {self.directory}: {exc.strerror}", run_id=run_id) from exc
 
-    async def write_intent(self, run_id: str, record: Intent) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
-        """Append several intents with one write and one fsync (the calls of one step)."""
-        await self._append_durable(run_id, b"".join([encode(r) for r in records]))
-
-    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        await self._append_soon(run_id, encode(record))
-
-    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        await self._append_soon(run_id, encode(record))
-
-    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_resolution(self, run_id: str, record: Resolution) -> None:
-        await self._append_durable(run_id, encode(record))
-
     async def _append_soon(self, run_id: str, data: bytes) -> None:
         log = self._logs.get(run_id)
         if log is not None:  # held and open: the id was checked and the torn tail cut when it opened
@@ -97,27 +99,6 @@ class Appends:
             await self._hand_off(lambda: self._append(self._file(run_id), data, run_id))
         else:
             self._append(self._file(run_id), data, run_id)
-
-    async def write_guard_check(self, run_id: str, record: Any) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_action_result(self, run_id: str, record: Any) -> None:
-        await self._append_soon(run_id, encode(record))
-
-    async def write_approval_request(self, run_id: str, record: Any) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_decision(self, run_id: str, record: Any) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_checkpoint_accepted(self, run_id: str, record: Any) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_resumed(self, run_id: str, record: Any) -> None:
-        await self._append_durable(run_id, encode(record))
-
-    async def write_crash_loop_accepted(self, run_id: str, record: Any) -> None:
-        await self._append_durable(run_id, encode(record))
 
     async def _append_durable(self, run_id: str, data: bytes) -> None:
         log = self._logs.get(run_id)

@@ -21,7 +21,7 @@ a durable record (committed and flushed before the statement returns),
 `off` for the others (flushed with the run's next durable write, like the
 JSONL store's unsynced appends). A held run's unsynced records usually
 travel in the statement of its next durable one (`APPEND_MANY`): a step
-is then two statements, not four (`PostgresStore._append_many`).
+is then two statements, not four (`PostgresStore._append_records`).
 """
 
 from __future__ import annotations

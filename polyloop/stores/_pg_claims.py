@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,7 +17,7 @@ from psycopg.rows import dict_row
 from .._log.errors import RunActiveError
 from .._log.ids import check_run_id
 from ._lockfile import dead_here
-from ._pg_lease import Lease
+from ._pg_lease import Lease, LeaseClock
 
 _CLAIM = """
 INSERT INTO polyloop_runs AS r (run_id, epoch, holder, lease_until)
@@ -63,6 +62,7 @@ class Claims:
 
     name: str
     lease: float
+    _clock: LeaseClock
     _conn: Callable[..., Any]
 
     async def holder(self, run_id: str) -> str | None:
@@ -96,7 +96,7 @@ class Claims:
             StoreError: the database failed.
         """
         check_run_id(run_id)
-        sent = time.monotonic()
+        sent = self._clock.monotonic()
         # A claim cancelled in flight may still commit on the server, and its
         # lease would then stay held until it lapses: the statement is let finish
         # and what it took is given back before the cancellation goes on.

@@ -13,12 +13,19 @@ late), so the run loop, which writes an intent before every model call and
 every tool call, makes no further call; the task holding the lease is
 cancelled too. A process stopped and woken later (SIGSTOP, a long pause) thus
 finds its lease gone locally, and the database refuses it anyway.
+
+The holder's side tells time through a `LeaseClock` (the store's, a private
+constructor seam): the monotonic clock and the waits between renewals. The
+database's side is `clock_timestamp()`, the one authority on expiry; a test
+that makes time pass moves the leases' expiries back by as much
+(tests/postgres/pg_clock.py) and its `LeaseClock` forward, so nobody sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -31,6 +38,26 @@ from .._log.records import Intent, Record
 SAFETY = 0.8
 # Renew three times per lease: two renewals may fail before the deadline.
 RENEWALS_PER_LEASE = 3
+
+
+class LeaseClock:
+    """How a lease holder tells time: `time.monotonic` and `asyncio.sleep` (the default).
+
+    A private seam of `PostgresStore`, `Lease` and the queue worker: a test
+    passes a clock it advances instead of sleeping.
+    """
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def public_signature(init: Any) -> inspect.Signature:
+    """`init`'s signature without `self` and its private seams (`_clock`): what the reference shows."""
+    params = [p for p in inspect.signature(init).parameters.values() if p.name != "self" and not p.name.startswith("_")]
+    return inspect.Signature(params)
 
 
 class LeaseLostError(StoreError):
@@ -65,12 +92,13 @@ class LeaseKeeper(Protocol):
     lease never imports the store that imports it.
 
     `lease` is the lease's duration in seconds; `_leases` maps each run this
-    store holds to its lease; `_strays` keeps renewals left to unwind after a
+    store holds to its lease; `_clock` tells its time; `_strays` keeps renewals left to unwind after a
     loss. `_flushed` sends a held run's unsynced records, `_renew` extends the
     lease (False: it is gone), `_release` gives it back with its queue outcome.
     """
 
     lease: float
+    _clock: LeaseClock
     _leases: dict[str, Lease]
     _strays: set[asyncio.Task[None]]
 
@@ -132,7 +160,7 @@ class Lease:
 
     def before_write(self, record: Record | None = None) -> None:
         """Refuse a write, before it is sent, once the lease is lost or past its local deadline."""
-        if self.lost is None and time.monotonic() >= self.deadline:
+        if self.lost is None and self._store._clock.monotonic() >= self.deadline:
             self._lose("it could not be renewed before its local deadline")
         if self.lost is not None:
             raise LeaseLostError(self.run_id, self.lost)
@@ -148,7 +176,7 @@ class Lease:
 
     def after_write(self) -> None:
         """Fail a write that returned after the local deadline: it landed, but nothing may follow it."""
-        if time.monotonic() >= self.deadline:
+        if self._store._clock.monotonic() >= self.deadline:
             self._lose("a write returned after the local deadline; it may have landed")
             raise LeaseLostError(self.run_id, self.lost or "")
 
@@ -189,22 +217,23 @@ class Lease:
                 raise LeaseLostError(self.run_id, self.lost or "lost") from None
 
     async def _renew_loop(self) -> None:
+        clock = self._store._clock
         period = self.duration / RENEWALS_PER_LEASE
-        next_at = time.monotonic() + period
+        next_at = clock.monotonic() + period
         while True:
-            now = time.monotonic()
+            now = clock.monotonic()
             if now >= self.deadline:
                 self._lose("it could not be renewed before its local deadline")
                 return
-            await asyncio.sleep(max(0.0, min(next_at, self.deadline) - now))
-            sent = time.monotonic()
+            await clock.sleep(max(0.0, min(next_at, self.deadline) - now))
+            sent = clock.monotonic()
             if sent >= self.deadline:
                 continue
             try:
                 async with asyncio.timeout(self.deadline - sent):
                     renewed = await self._store._renew(self)
             except (StoreError, TimeoutError):
-                next_at = time.monotonic() + period / 5  # try again soon, until the deadline
+                next_at = clock.monotonic() + period / 5  # try again soon, until the deadline
                 continue
             if not renewed:
                 self._lose("another worker took the run over, or the lease expired")

@@ -21,27 +21,29 @@ import psycopg
 
 from .._log.errors import CorruptLogError, Problem, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError, StoreError
 from .._log.ids import check_run_id
-from .._log.records import ActionResult, GuardCheck, Intent, ModelCallResult, Record, Resolution, RunFinished, RunStarted, StepCompleted, encode
+from .._log.records import Decision, Record, RunStarted, encode
+from .._log.store_port import EVERY_WRITE, Capabilities
 from .._log.codec import ParsedLog, parse_log
 from ._pg_append import append
 from ._pg_claims import Claims
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
-from ._pg_lease import Lease, LeaseLostError
+from ._pg_lease import Lease, LeaseClock, LeaseLostError, public_signature
 from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
+from ._writes import RecordWrites
 
 
-class PostgresStore(Claims, Queue):
+class PostgresStore(RecordWrites, Claims, Queue):
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
     guarantees: a run's records read back in write order; a durable write
-    (`run_started`, intents, `run_finished`, `resolution`) is committed
-    synchronously before it returns; results and step records become durable
-    with the run's next durable write; a record is one row, so a torn or
-    partial record cannot exist.
+    (`polyloop._log.records.DURABLE`) is committed synchronously before it
+    returns; the others (results, step records) become durable with the
+    run's next durable write; a record is one row, so a torn or partial
+    record cannot exist.
 
     While this store holds a run (a lease), its results and step records
     are not sent on their own: they travel in the statement of the run's
@@ -79,6 +81,11 @@ class PostgresStore(Claims, Queue):
     describes (that is what intents are for), or anything across runs.
     """
 
+    capabilities = Capabilities(
+        writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True,
+        reads_many=True,
+    )
+
     def __init__(
         self,
         url: str,
@@ -88,6 +95,7 @@ class PostgresStore(Claims, Queue):
         max_connections: int = 8,
         connect_timeout: float = 5.0,
         name: str | None = None,
+        _clock: LeaseClock | None = None,
     ) -> None:
         if lease <= 0:
             raise ValueError("lease must be positive")
@@ -105,6 +113,7 @@ class PostgresStore(Claims, Queue):
         self._ready = False
         self._next: dict[str, int] = {}
         self._leases: dict[str, Lease] = {}
+        self._clock = _clock if _clock is not None else LeaseClock()  # the holder's time (a test seam)
         self._strays: set[asyncio.Task[None]] = set()  # renewals left to unwind after a loss
 
     def __repr__(self) -> str:
@@ -149,49 +158,20 @@ class PostgresStore(Claims, Queue):
 
     # -- writes ---------------------------------------------------------------
 
-    async def write_run_started(self, record: RunStarted) -> None:
-        """Create the run's log; `RunExistsError` if it has one. Durable."""
-        await self._append(check_run_id(record.run_id), record, durable=True)
+    # Every `write_*` is `RecordWrites`' (polyloop/stores/_writes.py), over
+    # `_append_records`: durable records are committed synchronously before
+    # the write returns; the others (asynchronous commit) travel with the
+    # run's next durable one. A `resolution` makes a parked queued run
+    # claimable again in the append's own statement (`_pg_append.py`), a
+    # `decision` in a second one (below).
 
-    async def write_intent(self, run_id: str, record: Intent) -> None:
-        """Append an intent; committed synchronously before it returns."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        """Append a model call result (durable with the next intent; held: sent with it)."""
-        await self._append(run_id, record, durable=False)
-
-    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        """Append a step record (durable with the next intent; held: sent with it)."""
-        await self._append(run_id, record, durable=False)
-
-    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
-        """Append the end marker; committed synchronously before it returns."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_resolution(self, run_id: str, record: Resolution) -> None:
-        """Append an operator's resolution; a parked queued run becomes claimable again."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_guard_check(self, run_id: str, record: GuardCheck) -> None:
-        """Append a guard's verdict (log format 1.1); committed synchronously before it returns."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_action_result(self, run_id: str, record: ActionResult) -> None:
-        """Append what a verified action or a rollback returned (not durable, as a result)."""
-        await self._append(run_id, record, durable=False)
-
-    async def write_approval_request(self, run_id: str, record: Any) -> None:
-        """Append a request for a person's decision (log format 1.2); committed synchronously."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_decision(self, run_id: str, record: Any) -> None:
+    async def write_decision(self, run_id: str, record: Decision) -> None:
         """Append a person's decision (log format 1.2); a parked queued run becomes claimable again.
 
         The requeue is a second statement: should the process die between the
         two, the decision stands and `requeue` makes the run claimable.
         """
-        await self._append(run_id, record, durable=True)
+        await super().write_decision(run_id, record)
         async with self._conn(run_id) as conn:
             await conn.execute(
                 "UPDATE polyloop_runs SET status = 'queued', note = NULL "
@@ -199,31 +179,8 @@ class PostgresStore(Claims, Queue):
                 (run_id,),
             )
 
-    async def write_checkpoint_accepted(self, run_id: str, record: Record) -> None:
-        """Append accepted checkpoint changes (log format 1.2); committed synchronously."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_resumed(self, run_id: str, record: Record) -> None:
-        """Append the mark of a resume (log format 1.2); committed synchronously."""
-        await self._append(run_id, record, durable=True)
-
-    async def write_crash_loop_accepted(self, run_id: str, record: Record) -> None:
-        """Append a lifted crash loop (log format 1.2); committed synchronously."""
-        await self._append(run_id, record, durable=True)
-
-    async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
-        await self._append_many(run_id, [record], durable=durable)
-
-    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
-        """Append several intents (the calls of one step) in one statement; committed synchronously.
-
-        Each gets its own sequence number; the epoch and the expected number
-        are checked once for all of them, in the statement that inserts them.
-        """
-        if records:
-            await self._append_many(run_id, list(records), durable=True)
-
-    async def _append_many(self, run_id: str, records: list[Record], *, durable: bool) -> None:
+    async def _append_records(self, run_id: str, records: Sequence[Record], *, durable: bool) -> None:
+        """The one append (polyloop/stores/_writes.py): the records in one statement, fenced by the lease."""
         check_run_id(run_id)
         rows = [(record.TAG, encode(record)[:-1].decode()) for record in records]  # the JSONL lines
         lease = self._leases.get(run_id)
@@ -457,3 +414,7 @@ class PostgresStore(Claims, Queue):
                 if not numbered_right(count, first, last, next_seq):
                     parsed.problems += await numbering_problems(conn, run_id, count, first, last, next_seq)
         return logs
+
+
+# The clock seam is private: the public signature is the documented one.
+PostgresStore.__signature__ = public_signature(PostgresStore.__init__)  # type: ignore[attr-defined]

@@ -15,14 +15,13 @@ import glob
 import os
 import re
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .._files import kind_of
 from .._log.errors import StoreError
 from .._log.ids import check_product_name, check_run_id
-from .._log.records import Artifact, encode
 from ._disk import SAFE, Disk, why
 from ._lockfile import alive
 
@@ -92,14 +91,10 @@ class Products:
     _disk: Disk
     _folders_synced: set[str]
     _hand_off: Callable[[Callable[[], Any]], Any]
-    _append_soon: Callable[[str, bytes], Awaitable[None]]
 
     def product_folder(self, run_id: str) -> Path:
         """Where the run's products live: `<directory>/<run_id>.artifacts/`."""
         return self.directory / f"{check_run_id(run_id)}.artifacts"
-
-    async def write_artifact(self, run_id: str, record: Artifact) -> None:
-        await self._append_soon(run_id, encode(record))
 
     async def put_product(self, run_id: str, name: str, data: bytes) -> None:
         """Store a product atomically and durably: temp file, write, fsync, rename, fsync of the folder.

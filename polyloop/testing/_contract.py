@@ -31,11 +31,12 @@ from .._log.records import (
     Intent,
     ModelCallResult,
     Record,
+    Resumed,
     RunFinished,
     RunStarted,
     StepCompleted,
 )
-from .._log.store_port import ArtifactStore, LockingStore, Store
+from .._log.store_port import Store, capabilities_of
 from .._run.context import ToolContext
 from .._run.tools import tool
 from ._samples import CrashIn, StopAfter, Stopped, approved_run, contract_agent, guarded_run, logical, sample_run
@@ -191,7 +192,7 @@ async def resume_matches_uninterrupted_run(factory: StoreFactory) -> None:
         )
         records = list(await store.read_log(run_id))
         counted = [r for r in records if r.TAG == "resumed"]  # a resume's own bookkeeping (log format 1.2)
-        if callable(getattr(store, "write_resumed", None)):
+        if Resumed in capabilities_of(store).writes:
             _expect(len(counted) == 1, f"stopped after step {stop}: {len(counted)} resumed records, not 1")
         got = logical([r for r in records if r.TAG != "resumed"])
         for entry in got:
@@ -247,7 +248,7 @@ async def unknown_actions_follow_their_replay_policy(factory: StoreFactory) -> N
 async def lock_excludes_a_second_holder(factory: StoreFactory) -> None:
     """If the store offers `lock`, a second holder is refused until the first lets go."""
     store = await _make(factory)
-    if not isinstance(store, LockingStore):
+    if not capabilities_of(store).locking:
         return
     run_id = _fresh_id("lock")
     async with store.lock(run_id):
@@ -284,8 +285,7 @@ async def guard_records_round_trip(factory: StoreFactory) -> None:
     (a store without them serves every agent but those with guarded tools).
     """
     store = await _make(factory)
-    if not (callable(getattr(store, "write_guard_check", None))
-            and callable(getattr(store, "write_action_result", None))):
+    if not {GuardCheck, ActionResult} <= capabilities_of(store).writes:
         return
     run_id = _fresh_id("guards")
     records = guarded_run(run_id)
@@ -305,8 +305,7 @@ async def approval_records_round_trip(factory: StoreFactory) -> None:
     for a person).
     """
     store = await _make(factory)
-    if not (callable(getattr(store, "write_approval_request", None))
-            and callable(getattr(store, "write_decision", None))):
+    if not {ApprovalRequest, Decision} <= capabilities_of(store).writes:
         return
     run_id = _fresh_id("approval")
     records = approved_run(run_id)
@@ -330,7 +329,7 @@ async def products_round_trip(factory: StoreFactory) -> None:
     store proves it with the power-loss explorer (tests/crash/powerloss).
     """
     store = await _make(factory)
-    if not isinstance(store, ArtifactStore):
+    if not capabilities_of(store).artifacts:
         return
     one, two = _fresh_id("products"), _fresh_id("products")
     _expect(await store.get_product(one, "never-written") is None, "get_product of an unwritten name is not None")

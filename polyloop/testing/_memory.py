@@ -7,28 +7,13 @@ from collections.abc import AsyncIterator, Sequence
 
 from .._log.errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._log.ids import check_product_name, check_run_id
-from .._log.records import (
-    ActionResult,
-    ApprovalRequest,
-    Decision,
-    CheckpointAccepted,
-    CrashLoopAccepted,
-    Resumed,
-    Artifact,
-    GuardCheck,
-    Intent,
-    ModelCallResult,
-    Record,
-    Resolution,
-    RunFinished,
-    RunStarted,
-    StepCompleted,
-    encode,
-)
+from .._log.records import Record, RunStarted, encode
+from .._log.store_port import EVERY_WRITE, Capabilities
+from ..stores._writes import RecordWrites
 from .._log.codec import parse_log
 
 
-class MemoryStore:
+class MemoryStore(RecordWrites):
     """Keeps run logs in memory, encoded exactly as the JSONL store writes them.
 
     Useful in tests and as the durability-free baseline of benchmarks. Nothing
@@ -38,6 +23,8 @@ class MemoryStore:
     fails here too. It keeps products too (the `ArtifactStore` capability),
     as bytes in memory.
     """
+
+    capabilities = Capabilities(writes=EVERY_WRITE, batching=True, locking=True, holding=True, artifacts=True)
 
     def __init__(self) -> None:
         self._logs: dict[str, list[bytes]] = {}
@@ -61,54 +48,17 @@ class MemoryStore:
         except KeyError:
             raise RunNotFoundError(run_id, "memory") from None
 
-    async def write_run_started(self, record: RunStarted) -> None:
-        run_id = check_run_id(record.run_id)
-        if run_id in self._logs:
-            raise RunExistsError(run_id)
-        self._logs[run_id] = [encode(record)]
-
-    async def write_intent(self, run_id: str, record: Intent) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_intents(self, run_id: str, records: Sequence[Intent]) -> None:
-        """Append several intents at once (see `polyloop.stores.JsonlStore.write_intents`)."""
-        self._lines(run_id).extend(encode(r) for r in records)
-
-    async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_resolution(self, run_id: str, record: Resolution) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_guard_check(self, run_id: str, record: GuardCheck) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_action_result(self, run_id: str, record: ActionResult) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_approval_request(self, run_id: str, record: ApprovalRequest) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_decision(self, run_id: str, record: Decision) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_checkpoint_accepted(self, run_id: str, record: CheckpointAccepted) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_resumed(self, run_id: str, record: Resumed) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
-        self._lines(run_id).append(encode(record))
-
-    async def write_artifact(self, run_id: str, record: Artifact) -> None:
-        self._lines(run_id).append(encode(record))
+    async def _append_records(self, run_id: str, records: Sequence[Record], *, durable: bool) -> None:
+        # The one append `RecordWrites` derives every write from; nothing here
+        # outlives the process, so `durable` asks nothing more of it.
+        first = records[0]
+        if type(first) is RunStarted:
+            run_id = check_run_id(run_id)
+            if run_id in self._logs:
+                raise RunExistsError(run_id)
+            self._logs[run_id] = [encode(first)]
+            return
+        self._lines(run_id).extend([encode(r) for r in records])
 
     async def put_product(self, run_id: str, name: str, data: bytes) -> None:
         self._products[(check_run_id(run_id), check_product_name(name))] = bytes(data)

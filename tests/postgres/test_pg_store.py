@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import orjson
@@ -27,6 +26,7 @@ from polyloop import (
 from polyloop._operate.verify import verify_store
 from polyloop.stores import LeaseLostError, PostgresStore, open_store
 
+from pg_clock import FakeClock
 from pg_helpers import with_search_path
 
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
@@ -153,24 +153,27 @@ async def test_a_takeover_fences_the_old_holder_out(store, other, pg_conn):
     assert rows == [(lease.epoch, "run_started"), (taken.epoch, "intent")]
 
 
-async def test_losing_the_lease_cancels_the_holder_with_a_clear_error(store, pg_conn):
+async def test_losing_the_lease_cancels_the_holder_with_a_clear_error(pg_url, pg_conn):
     run_id = fresh("cancel")
     reached = False
+    clock = FakeClock(pg_conn)
     with pytest.raises(LeaseLostError, match="took the run over"):
-        async with store.lock(run_id):
+        async with PostgresStore(pg_url, lease=2, _clock=clock) as store, store.lock(run_id):
             await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
             pg_conn.execute("UPDATE polyloop_runs SET epoch = epoch + 1 WHERE run_id = %s", (run_id,))
-            await asyncio.sleep(5)  # a long model call: the refused renewal cancels it
+            clock.advance(2 / 3)  # the time of the first renewal: it is refused
+            await asyncio.sleep(30)  # a long model call: the refused renewal cancels it
             reached = True
     assert not reached
 
 
 async def test_a_paused_process_finds_its_writes_refused(pg_url, pg_conn):
     run_id = fresh("pause")
-    async with PostgresStore(pg_url, lease=1) as store:
+    clock = FakeClock(pg_conn)
+    async with PostgresStore(pg_url, lease=1, _clock=clock) as store:
         async with store.lock(run_id):
             await store.write_run_started(RunStarted(run_id=run_id, goal="g"))
-            time.sleep(1.2)  # the whole event loop stops, as in a long GC pause or SIGSTOP
+            clock.advance(1.2)  # the whole event loop stops, as in a long GC pause or SIGSTOP
             with pytest.raises(LeaseLostError, match="local deadline"):
                 await store.write_intent(run_id, MI)
     assert [r[0] for r in pg_conn.execute(
@@ -179,6 +182,7 @@ async def test_a_paused_process_finds_its_writes_refused(pg_url, pg_conn):
 
 
 async def test_a_held_lease_is_renewed(pg_url):
+    # The real clocks, end to end: renewals on time.monotonic keep a 1 s lease on the database's clock.
     run_id = fresh("renew")
     async with PostgresStore(pg_url, lease=1) as store, PostgresStore(pg_url, lease=1) as other:
         async with store.lock(run_id):

@@ -26,6 +26,7 @@ from pg_helpers import (
     wait_for,
     with_search_path,
 )
+from pg_clock import lapse
 from pg_proxy import Proxy
 
 
@@ -33,17 +34,22 @@ def test_until_idle_waits_for_a_dead_workers_lease_and_takes_its_run_over(own_db
     done = tmp_path / "effects"
     [run_id] = fresh_ids("pgc-idle", 1)
     asyncio.run(submit_runs(own_db, f"{AGENTS}:reads", [run_id]))
-    dead = WorkerProcess(own_db, done, lease=3.0, slow=0.3)
+    dead = WorkerProcess(own_db, done, lease=120.0, slow=0.3)
     try:
         wait_for(lambda: effects(done), what="the first tool call")
         dead.proc.send_signal(signal.SIGKILL)
         dead.proc.wait()
     finally:
         dead.kill()
-    # The run is `queued` and held by a lease nobody renews: not claimable for up to 3 s.
+    # The run is `queued` and held by a lease nobody renews: not claimable until it lapses, which
+    # the database's clock is moved to once the idle worker has looked (a 120 s lease otherwise).
     idle = WorkerProcess(own_db, done, lease=1.0, slow=0.01, extra=("--until-idle",))
     try:
-        assert idle.proc.wait(60) == 0, idle.stderr()
+        wait_for(lambda: idle.seen("ready"), what="the idle worker's first look")
+        assert idle.proc.poll() is None, "the worker did not wait for the held run"
+        with psycopg.connect(own_db, autocommit=True) as conn:
+            lapse(conn, run_id)
+        assert idle.proc.wait(30) == 0, idle.stderr()
     finally:
         idle.kill()
     assert [e["event"] for _, e in idle.events if e["run_id"] == run_id] == ["takeover", "finish"], idle.events

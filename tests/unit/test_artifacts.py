@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import os
 
@@ -247,6 +248,7 @@ def test_a_bad_name_or_data_is_the_tools_error_observation(tmp_path):
 
 
 class NoProducts(MemoryStore):
+    capabilities = dataclasses.replace(MemoryStore.capabilities, artifacts=False)
     put_product = get_product = write_artifact = None  # type: ignore[assignment]
 
 

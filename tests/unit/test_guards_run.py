@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from polyloop import (
@@ -243,6 +245,7 @@ async def test_resume_refuses_an_agent_whose_guards_changed() -> None:
 
 async def test_a_store_without_the_1_1_writes_serves_unguarded_agents_and_refuses_guarded_ones() -> None:
     class OldStore(MemoryStore):
+        capabilities = dataclasses.replace(MemoryStore.capabilities, writes=frozenset())
         write_guard_check = None  # type: ignore[assignment]
         write_action_result = None  # type: ignore[assignment]
 
