@@ -57,31 +57,31 @@ class Store(Protocol):
     """
 
     async def write_run_started(self, record: RunStarted) -> None:
-        """Create the run's log with its first record; fail if it exists. Durable."""
+        """Create the run's log with its first record; fail if it exists."""
         ...
 
     async def write_intent(self, run_id: str, record: Intent) -> None:
-        """Append an intent. Durable before it returns: the execution starts after."""
+        """Append an intent (the execution starts only after it returns)."""
         ...
 
     async def write_model_call_result(self, run_id: str, record: ModelCallResult) -> None:
-        """Append a model call result. Survives a process crash; durable with the next intent."""
+        """Append a model call result."""
         ...
 
     async def write_step_completed(self, run_id: str, record: StepCompleted) -> None:
-        """Append a step record. Survives a process crash; durable with the next intent."""
+        """Append a step record."""
         ...
 
     async def write_run_finished(self, run_id: str, record: RunFinished) -> None:
-        """Append the end marker. Durable before it returns."""
+        """Append the end marker."""
         ...
 
     async def write_resolution(self, run_id: str, record: Resolution) -> None:
-        """Append an operator's resolution. Durable before it returns."""
+        """Append an operator's resolution."""
         ...
 
     async def write_guard_check(self, run_id: str, record: GuardCheck) -> None:
-        """Append a guard's verdict (log format 1.1). Durable before it returns.
+        """Append a guard's verdict (log format 1.1).
 
         A passed precondition precedes the action, a failed verification is
         an alert: both must survive before anything follows. Only agents
@@ -91,14 +91,11 @@ class Store(Protocol):
         ...
 
     async def write_action_result(self, run_id: str, record: ActionResult) -> None:
-        """Append what a verified action or a rollback returned (log format 1.1).
-
-        Survives a process crash; durable with the next durable write.
-        """
+        """Append what a verified action or a rollback returned (log format 1.1)."""
         ...
 
     async def write_approval_request(self, run_id: str, record: ApprovalRequest) -> None:
-        """Append that a tool call waits for a person (log format 1.2). Durable before it returns.
+        """Append that a tool call waits for a person (log format 1.2).
 
         Written before anything of the call runs, and the run stops after it:
         the request must survive so the run is never resumed past it. Only
@@ -108,14 +105,14 @@ class Store(Protocol):
         ...
 
     async def write_decision(self, run_id: str, record: Decision) -> None:
-        """Append a person's approval, denial or answer (log format 1.2). Durable before it returns.
+        """Append a person's approval, denial or answer (log format 1.2).
 
         Written by `approve`, `deny` and `answer` under the run's lock.
         """
         ...
 
     async def write_checkpoint_accepted(self, run_id: str, record: CheckpointAccepted) -> None:
-        """Append a person's acceptance of changed inputs, logic or config (log format 1.2). Durable.
+        """Append a person's acceptance of changed inputs, logic or config (log format 1.2).
 
         Written before the resumed run does anything. A store without this
         method serves every run except one resumed with accepted changes
@@ -124,7 +121,7 @@ class Store(Protocol):
         ...
 
     async def write_resumed(self, run_id: str, record: Resumed) -> None:
-        """Append the mark of a resume that goes on to act (log format 1.2). Durable.
+        """Append the mark of a resume that goes on to act (log format 1.2).
 
         These count towards the crash-loop budget. A store without this
         method still resumes runs, but cannot count them: the crash-loop
@@ -133,7 +130,7 @@ class Store(Protocol):
         ...
 
     async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
-        """Append a person's lifting of a crash-loop stop (log format 1.2). Durable."""
+        """Append a person's lifting of a crash-loop stop (log format 1.2)."""
         ...
 
     async def read_log(self, run_id: str) -> Sequence[Record]:
@@ -231,9 +228,8 @@ class ArtifactStore(Protocol):
     async def write_artifact(self, run_id: str, record: Artifact) -> None:
         """Append a product reference to the run's log (log format 1.2).
 
-        Survives a crash of the process; durable with the next durable
-        write (the reference always follows a durable product, and the
-        tool's result, which may quote it, follows the reference).
+        The reference always follows a durable product, and the tool's
+        result, which may quote it, follows the reference.
         """
         ...
 
