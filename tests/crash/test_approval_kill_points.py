@@ -27,14 +27,10 @@ from pathlib import Path
 
 import pytest
 from crashkit import sampled
+from support.cli import console_script
 
 CHILD = Path(__file__).with_name("approval_child.py")
 RUN = "gated"
-
-
-def polyloop_argv() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
 
 
 class World:
@@ -64,7 +60,7 @@ class World:
         return done.returncode
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*polyloop_argv(), *args], cwd=self.root, env=self.env(), capture_output=True,
+        return subprocess.run([*console_script(), *args], cwd=self.root, env=self.env(), capture_output=True,
                               text=True, timeout=60, stdin=subprocess.DEVNULL)
 
     def log(self) -> list[dict]:

@@ -19,18 +19,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import console_script
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUN = "guarded"
-
-
-def polyloop_argv() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
 
 
 class World:
@@ -42,7 +37,7 @@ class World:
 
     def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "TRANSFER_", "PYTEST_"))}
-        done = subprocess.run([*polyloop_argv(), *args, "--dir", "runs"], cwd=self.root, capture_output=True,
+        done = subprocess.run([*console_script(), *args, "--dir", "runs"], cwd=self.root, capture_output=True,
                               text=True, timeout=60, env={**base, "BANK_DB": str(self.bank), **env},
                               stdin=subprocess.DEVNULL)
         self.stderr.append(done.stderr)
