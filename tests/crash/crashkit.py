@@ -9,6 +9,16 @@ command line exactly as an operator would: `resume`; on exit 3, `inspect
 `--executed` or `--not-executed` according to the side-effect file (the
 ground truth the world keeps, not the log); `resume` again; `verify`.
 
+Only the agent's run is killed, so only it must be a real process. The
+operator's commands run the same typer app in this process by default
+(`World(..., in_process=True)`: the same arguments, exit codes, stdout and
+stderr, without a Python start and the CLI's imports per command, which
+was most of a matrix's time); `World(..., in_process=False)` runs each as
+a real `polyloop` process, as `test_kill_points.py` (the one whole-CLI
+matrix) and the concurrency tests do. A command given a knob that acts on
+the process (a kill, a fault, a world action, a pause) always runs as a
+real process.
+
 The oracle never asks the library how to read the log it is judging: the
 expected log is computed from the uninterrupted ("golden") run and the
 kill point alone, and the recovered log is normalised by a separate
@@ -46,10 +56,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
+from _pytest.mark.structures import ParameterSet
 
 from polyloop import Intent, ModelCallResult, Resolution, Resumed, RunStarted, StepCompleted
 from polyloop.stores._jsonl import parse_log
 from polyloop.testing import logical
+from support.cli import IN_PROCESS, polyloop_in_process
 
 HERE = Path(__file__).resolve().parent
 AGENT_FILE = HERE / "crash_agent.py"
@@ -62,6 +75,12 @@ PYTHON = sys.executable
 CLI = [PYTHON, "-m", "polyloop"]
 
 TRACEBACK = "Traceback (most recent call last)"
+
+# The knobs of crash_agent.py that act on the process running the agent: a command given one
+# of them runs as a real process even in an in-process world.
+PROCESS_KNOBS = ("POLYLOOP_KILL_AT", "POLYLOOP_FAULT", "POLYLOOP_SLOW", "POLYLOOP_BARRIER",
+                 "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED")
+
 
 
 def target(name: str = "agent") -> str:
@@ -97,7 +116,9 @@ def _record_key(r: Any) -> str:
 class World:
     """One scenario: a run directory plus the world's own records of what happened."""
 
-    def __init__(self, root: Path, agent: str = "agent", *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, agent: str = "agent", *, extra_env: dict[str, str] | None = None,
+                 in_process: bool = True) -> None:
+        self.in_process = in_process
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.dir = self.root / "runs"
@@ -106,17 +127,17 @@ class World:
         self.agent = agent
         self.target = target(agent)
         self.procs: list[Proc] = []
+        with IN_PROCESS:  # never a copy of another command's environ
+            base = dict(os.environ)
         self.env = {
-            **os.environ,
+            **base,
             "POLYLOOP_EFFECTS": str(self.effects_path),
             "POLYLOOP_LEDGER": str(self.ledger_path),
             "POLYLOOP_DIR": str(self.dir),
             "POLYLOOP_LOG": str(self.log_path),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        for name in ("POLYLOOP_KILL_AT", "POLYLOOP_FAULT", "POLYLOOP_SLOW", "POLYLOOP_BARRIER",
-                     "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED",
-                     "POLYLOOP_BIG", "POLYLOOP_FOREIGN_LOG"):
+        for name in (*PROCESS_KNOBS, "POLYLOOP_BIG", "POLYLOOP_FOREIGN_LOG"):
             self.env.pop(name, None)
         self.env.update(extra_env or {})
 
@@ -153,7 +174,18 @@ class World:
         return self.finish(self.spawn(args, env), args, started, timeout)
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Proc:
+        full = {**self.env, **(env or {})}
+        if self.in_process and not any(full.get(k) for k in PROCESS_KNOBS):
+            return self.cli_in_process(list(args), full)
         return self.call([*CLI, *args], env, timeout)
+
+    def cli_in_process(self, args: list[str], env: dict[str, str]) -> Proc:
+        """The `polyloop` typer app called in this process with `env` as its whole environment."""
+        started = time.monotonic()
+        done = polyloop_in_process(*args, cwd=self.root, env=env)
+        p = Proc([*CLI, *args], done.code, done.stdout, done.stderr, time.monotonic() - started)
+        self.procs.append(p)
+        return p
 
     def child(self, *args: str, env: dict[str, str] | None = None) -> Proc:
         return self.call([PYTHON, str(CHILD), *args], env)
@@ -485,11 +517,35 @@ def _diff(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def sampled(points: Sequence[Any], keep: int) -> list[Any]:
-    """The kill points a default test run covers: all of them with `POLYLOOP_ALL_KILL_POINTS=1`,
-    else `keep` of them spread evenly (the first and the last always among them), so the default
-    suite stays within its time budget while the full sweep stays one variable away."""
+def sampled(points: Sequence[Any], keep: int, *, ids: Any = None) -> list[Any]:
+    """Every kill point as a test parameter: `keep` of them spread evenly (the first and the last
+    always among them) run by default; the others are marked `slow`, deselected by default and run
+    by CI's second command (`pytest -m slow`), so the default suite stays within its time budget and
+    CI still kills at every point. `POLYLOOP_ALL_KILL_POINTS=1` runs them all by default.
+
+    A point is a value, or a `pytest.param` (kept with its id and marks); `ids(point)` names a value.
+    """
     if os.environ.get("POLYLOOP_ALL_KILL_POINTS") == "1" or len(points) <= keep:
-        return list(points)
-    step = (len(points) - 1) / (keep - 1)
-    return [points[round(i * step)] for i in range(keep)]
+        chosen = set(range(len(points)))
+    else:
+        step = (len(points) - 1) / (keep - 1)
+        chosen = {round(i * step) for i in range(keep)}
+    out = []
+    for i, p in enumerate(points):
+        param = p if isinstance(p, ParameterSet) else pytest.param(p, id=ids(p) if ids else None)
+        if i not in chosen:
+            param = pytest.param(*param.values, marks=[*param.marks, pytest.mark.slow], id=param.id)
+        out.append(param)
+    return out
+
+
+def selected(request: pytest.FixtureRequest, name: str) -> list[Any]:
+    """The values of parameter `name` of the tests of this module that this session runs
+    (a module-scoped matrix builds the scenarios of its selected points only)."""
+    values = []
+    for item in request.session.items:
+        params = getattr(item, "callspec", None)
+        if item.module is request.module and params is not None and name in params.params:
+            if params.params[name] not in values:
+                values.append(params.params[name])
+    return values

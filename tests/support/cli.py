@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,3 +49,35 @@ def polyloop(*args: str, cwd: Path | str | None = None, env: dict[str, str] | No
     proc = subprocess.run([*console_script(), *args], cwd=cwd, env=clean_env() if env is None else env,
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     return Done(proc.returncode, proc.stdout, proc.stderr)
+
+
+# One in-process command at a time: the runner swaps this process's stdout, stderr, environ and cwd.
+IN_PROCESS = threading.Lock()
+
+
+def polyloop_in_process(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> Done:
+    """`polyloop ARGS...` as the typer app called in this process, `env` its whole environment.
+
+    The same arguments, exit code, stdout and stderr as a `polyloop` process, without a
+    Python start and the CLI's imports (most of a short command's time). For commands
+    that read or settle a log (inspect, verify, mark-resolved, resume of a run whose
+    agent reads its knobs at call time); what must die or be raced runs as a process.
+    An exception the CLI let through is appended to stderr as a traceback.
+    """
+    from polyloop_cli.main import app  # the test process imports the CLI only when it needs it
+    from typer.testing import CliRunner
+
+    env = clean_env() if env is None else env
+    with IN_PROCESS:
+        unset: dict[str, str | None] = {k: None for k in os.environ if k not in env}
+        before = os.getcwd()
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            result = CliRunner().invoke(app, list(args), env={**unset, **env})
+        finally:
+            os.chdir(before)
+    err = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        err += "".join(traceback.format_exception(result.exception))
+    return Done(result.exit_code, result.stdout, err)
