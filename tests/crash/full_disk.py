@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
 
 import crashkit as ck  # noqa: E402
 from polyloop.stores import parse_log  # noqa: E402
