@@ -1,6 +1,6 @@
 """`polyloop batch --store postgresql://...`: runs in the database, re-run is resume, kills survived.
 
-Mirrors tests/batch/test_batch_crash.py at a small size: the real `polyloop
+Mirrors tests/fleet/batch/test_batch_crash.py at a small size: the real `polyloop
 batch` in subprocesses, the parent killed with SIGKILL at random points (its
 worker processes die with it, their leases lapse), then re-run — settling
 parked runs from the world's effects file, never from the log — until it
@@ -29,8 +29,9 @@ from pg_helpers import check_invariants
 from polyloop import inspect_run, mark_resolved
 from polyloop.stores import PostgresStore
 from support.cli import Done, console_script
+from support import TESTS
 
-AGENTS = Path(__file__).resolve().parent.parent / "batch" / "agents.py"
+AGENTS = TESTS / "fleet" / "batch" / "agents.py"
 LINES = 12
 ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 3)
 LEASE = "1"

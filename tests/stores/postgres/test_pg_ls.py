@@ -20,8 +20,9 @@ import pytest
 from polyloop.stores._pg_conn import describe_url
 from support.cli import Done, clean_env, console_script
 from support.cli import polyloop as run_polyloop
+from support import TESTS
 
-AGENTS = Path(__file__).resolve().parent.parent / "cli" / "agents.py"
+AGENTS = TESTS / "cli" / "agents.py"
 
 
 def polyloop(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Done:
