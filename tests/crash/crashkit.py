@@ -9,15 +9,9 @@ command line exactly as an operator would: `resume`; on exit 3, `inspect
 `--executed` or `--not-executed` according to the side-effect file (the
 ground truth the world keeps, not the log); `resume` again; `verify`.
 
-Only the agent's run is killed, so only it must be a real process. The
-operator's commands run the same typer app in this process by default
-(`World(..., in_process=True)`: the same arguments, exit codes, stdout and
-stderr, without a Python start and the CLI's imports per command, which
-was most of a matrix's time); `World(..., in_process=False)` runs each as
-a real `polyloop` process, as `test_kill_points.py` (the one whole-CLI
-matrix) and the concurrency tests do. A command given a knob that acts on
-the process (a kill, a fault, a world action, a pause) always runs as a
-real process.
+Only the agent is killed, so by default the operator's commands run the same typer app in this
+process (same arguments, exit codes and output, no Python start each); `in_process=False` (the
+one whole-CLI matrix, test_kill_points.py) or a knob that acts on a process makes them processes.
 
 The oracle never asks the library how to read the log it is judging: the
 expected log is computed from the uninterrupted ("golden") run and the
@@ -56,13 +50,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
-from _pytest.mark.structures import ParameterSet
 
 from polyloop import Intent, ModelCallResult, Resolution, Resumed, RunStarted, StepCompleted
 from polyloop.stores._jsonl import parse_log
 from polyloop.testing import logical
 from support.cli import IN_PROCESS, polyloop_in_process
+from support.sampling import sampled, selected  # noqa: F401 (the kill matrices import them from here)
 
 HERE = Path(__file__).resolve().parent
 AGENT_FILE = HERE / "crash_agent.py"
@@ -96,6 +89,7 @@ class Proc:
     out: str
     err: str
     seconds: float
+    in_process: bool = False  # a command run through the CLI app in this process, not a process
 
     @property
     def killed(self) -> bool:
@@ -183,7 +177,7 @@ class World:
         """The `polyloop` typer app called in this process with `env` as its whole environment."""
         started = time.monotonic()
         done = polyloop_in_process(*args, cwd=self.root, env=env)
-        p = Proc([*CLI, *args], done.code, done.stdout, done.stderr, time.monotonic() - started)
+        p = Proc([*CLI, *args], done.code, done.stdout, done.stderr, time.monotonic() - started, True)
         self.procs.append(p)
         return p
 
@@ -287,6 +281,11 @@ class World:
 
     def ledger(self) -> list[dict[str, Any]]:
         return _jsonl(self.ledger_path)
+
+    @property
+    def processes(self) -> int:
+        """How many real processes this world started (commands run in-process not counted)."""
+        return sum(not p.in_process for p in self.procs)
 
     def tracebacks(self) -> int:
         return sum(TRACEBACK in p.err or TRACEBACK in p.out for p in self.procs)
@@ -515,37 +514,3 @@ def _diff(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> str:
         if a != b:
             lines.append(f"  [{i}] got  {a}\n  [{i}] want {b}")
     return "\n".join(lines)
-
-
-def sampled(points: Sequence[Any], keep: int, *, ids: Any = None) -> list[Any]:
-    """Every kill point as a test parameter: `keep` of them spread evenly (the first and the last
-    always among them) run by default; the others are marked `slow`, deselected by default and run
-    by CI's second command (`pytest -m slow`), so the default suite stays within its time budget and
-    CI still kills at every point. `POLYLOOP_ALL_KILL_POINTS=1` runs them all by default.
-
-    A point is a value, or a `pytest.param` (kept with its id and marks); `ids(point)` names a value.
-    """
-    if os.environ.get("POLYLOOP_ALL_KILL_POINTS") == "1" or len(points) <= keep:
-        chosen = set(range(len(points)))
-    else:
-        step = (len(points) - 1) / (keep - 1)
-        chosen = {round(i * step) for i in range(keep)}
-    out = []
-    for i, p in enumerate(points):
-        param = p if isinstance(p, ParameterSet) else pytest.param(p, id=ids(p) if ids else None)
-        if i not in chosen:
-            param = pytest.param(*param.values, marks=[*param.marks, pytest.mark.slow], id=param.id)
-        out.append(param)
-    return out
-
-
-def selected(request: pytest.FixtureRequest, name: str) -> list[Any]:
-    """The values of parameter `name` of the tests of this module that this session runs
-    (a module-scoped matrix builds the scenarios of its selected points only)."""
-    values = []
-    for item in request.session.items:
-        params = getattr(item, "callspec", None)
-        if item.module is request.module and params is not None and name in params.params:
-            if params.params[name] not in values:
-                values.append(params.params[name])
-    return values

@@ -45,7 +45,7 @@ def main(root: Path) -> dict:
     w.verify()
     w.recover()
     ck.audit(golden, w, ck.expect(golden, "before:step_completed:1"))
-    return {"processes": len(w.procs) + 1, "tracebacks": w.tracebacks()}
+    return {"processes": w.processes + 1, "tracebacks": w.tracebacks()}
 
 
 if __name__ == "__main__":
