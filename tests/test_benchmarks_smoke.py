@@ -41,6 +41,7 @@ def _bench(script: str, tmp_path: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # every benchmark, start to end: CI's second command runs it
 def test_quick_run_prints_every_figure_and_the_targets(tmp_path):
     # The peers are asked of this Python, which never has them: that figure
     # must skip with a clear message instead of failing.
@@ -61,6 +62,7 @@ def test_quick_run_prints_every_figure_and_the_targets(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not PEERS_PYTHON.exists(), reason="no .venv-peers (see docs/performance.md)")
 def test_quick_peers_run_when_installed(tmp_path):
     out = _run("--only", "peers", "--peers-python", str(PEERS_PYTHON), tmp_path=tmp_path)

@@ -4,41 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from polyloop._log.ids import idempotency_key
+from support.cli import Done, clean_env, console_script  # noqa: F401 (re-exported to the cli tests)
 
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "agents.py"
-
-
-def console_script() -> list[str]:
-    """The installed `polyloop` entry point next to this interpreter (else `-m polyloop`)."""
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "FORCE_COLOR", "PYTEST_"))}
-    env.pop("COLUMNS", None)
-    env.update(extra)
-    return env
-
-
-@dataclass
-class Done:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
 
 
 @dataclass

@@ -27,12 +27,13 @@ import signal
 import sys
 import threading
 from collections import Counter
-from typing import Any
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
 
 from polyloop import (
     Agent,
     DecisionError,
-    JsonlStore,
     NeedsOperatorError,
     PolyLoopError,
     RunActiveError,
@@ -44,6 +45,7 @@ from polyloop import (
     deny,
     tool,
 )
+from support.cue import KillCueStore
 
 KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
 _effects = Counter[str]()
@@ -98,54 +100,9 @@ def agent() -> Agent:
     return Agent(model=ScriptedModel(script), tools=[pay, ask_human])
 
 
-class CueStore(JsonlStore):
-    """The real JSONL store, killing its process before or after one chosen write."""
-
-    def __init__(self, directory: str) -> None:
-        super().__init__(directory)
-        self.counts: Counter[str] = Counter()
-
-    async def _cue(self, kind: str, write: Any) -> None:
-        self.counts[kind] += 1
-        point = f"{kind}:{self.counts[kind]}"
-        if KILL_AT == f"before:{point}":
-            write.close()
-            os.kill(os.getpid(), signal.SIGKILL)
-        await write
-        if KILL_AT == f"after:{point}":
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    async def write_intent(self, run_id, record):
-        await self._cue(f"intent:{record.kind}", super().write_intent(run_id, record))
-
-    async def write_intents(self, run_id, records):
-        await self._cue("intents", super().write_intents(run_id, records))
-
-    async def write_action_result(self, run_id, record):
-        await self._cue("action_result", super().write_action_result(run_id, record))
-
-    async def write_model_call_result(self, run_id, record):
-        await self._cue("model_call_result", super().write_model_call_result(run_id, record))
-
-    async def write_step_completed(self, run_id, record):
-        await self._cue("step_completed", super().write_step_completed(run_id, record))
-
-    async def write_run_finished(self, run_id, record):
-        await self._cue("run_finished", super().write_run_finished(run_id, record))
-
-    async def write_resolution(self, run_id, record):
-        await self._cue("resolution", super().write_resolution(run_id, record))
-
-    async def write_approval_request(self, run_id, record):
-        await self._cue("approval_request", super().write_approval_request(run_id, record))
-
-    async def write_decision(self, run_id, record):
-        await self._cue("decision", super().write_decision(run_id, record))
-
-
 async def main(argv: list[str]) -> int:
     command, directory, run_id = argv[0], argv[1], argv[2]
-    store = CueStore(directory)
+    store = KillCueStore(directory, KILL_AT)
     try:
         if command == "run":
             exists = os.path.exists(os.path.join(directory, f"{run_id}.jsonl"))

@@ -29,14 +29,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import signal
 import sys
-from collections import Counter
-from typing import Any
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
 
 from polyloop import (
     CorruptLogError,
-    JsonlStore,
     NeedsOperatorError,
     PolyLoopError,
     RunStarted,
@@ -45,13 +44,10 @@ from polyloop import (
     run_target,
 )
 from polyloop.stores._disk import Disk
+from support.cue import KillCueStore, die
 
 KILL_AT = os.environ.get("POLYLOOP_KILL_AT", "")
 FAULT = os.environ.get("POLYLOOP_FAULT", "")
-
-
-def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fd_path(fd: int) -> str:
@@ -95,56 +91,22 @@ class CueDisk(Disk):
         super().fsync_dir(path)
 
 
-class CueStore(JsonlStore):
-    """The real JSONL store, with a kill or a fault at one chosen write."""
+class CueStore(KillCueStore):
+    """The kill-cue store on the cue disk: a kill at one chosen write, or a fault in it."""
 
     def __init__(self, directory: str) -> None:
         self.disk = CueDisk()
-        super().__init__(directory, _disk=self.disk)
-        self.counts: Counter[str] = Counter()
+        super().__init__(directory, KILL_AT, _disk=self.disk)
 
-    # -- kills and faults around whole writes ---------------------------------
-
-    async def _cue(self, kind: str, write: Any) -> None:
-        self.counts[kind] += 1
-        point = f"{kind}:{self.counts[kind]}"
-        if KILL_AT == f"before:{point}":
-            die()
+    def fault(self, point: str) -> None:
         fault, _, where = FAULT.partition(":")
         if where == point:
             if fault not in ("enospc", "eio-fsync"):
                 raise ValueError(f"unknown fault {FAULT!r}")
             self.disk.fault = fault
-        try:
-            await write
-        finally:
-            self.disk.fault = ""
-        if KILL_AT == f"after:{point}":
-            die()
 
-    async def write_run_started(self, record):
-        await self._cue("run_started", super().write_run_started(record))
-
-    async def write_intent(self, run_id, record):
-        await self._cue(f"intent:{record.kind}", super().write_intent(run_id, record))
-
-    async def write_intents(self, run_id, records):
-        await self._cue("intents", super().write_intents(run_id, records))
-
-    async def write_action_result(self, run_id, record):
-        await self._cue("action_result", super().write_action_result(run_id, record))
-
-    async def write_model_call_result(self, run_id, record):
-        await self._cue("model_call_result", super().write_model_call_result(run_id, record))
-
-    async def write_step_completed(self, run_id, record):
-        await self._cue("step_completed", super().write_step_completed(run_id, record))
-
-    async def write_run_finished(self, run_id, record):
-        await self._cue("run_finished", super().write_run_finished(run_id, record))
-
-    async def write_resolution(self, run_id, record):
-        await self._cue("resolution", super().write_resolution(run_id, record))
+    def clear(self) -> None:
+        self.disk.fault = ""
 
 
 def exit_code(exc: PolyLoopError) -> int:

@@ -9,6 +9,10 @@ command line exactly as an operator would: `resume`; on exit 3, `inspect
 `--executed` or `--not-executed` according to the side-effect file (the
 ground truth the world keeps, not the log); `resume` again; `verify`.
 
+Only the agent is killed, so by default the operator's commands run the same typer app in this
+process (same arguments, exit codes and output, no Python start each); `in_process=False` (the
+one whole-CLI matrix, test_kill_points.py) or a knob that acts on a process makes them processes.
+
 The oracle never asks the library how to read the log it is judging: the
 expected log is computed from the uninterrupted ("golden") run and the
 kill point alone, and the recovered log is normalised by a separate
@@ -50,6 +54,8 @@ import orjson
 from polyloop import Intent, ModelCallResult, Resolution, Resumed, RunStarted, StepCompleted
 from polyloop.stores._jsonl import parse_log
 from polyloop.testing import logical
+from support.cli import IN_PROCESS, polyloop_in_process
+from support.sampling import sampled, selected  # noqa: F401 (the kill matrices import them from here)
 
 HERE = Path(__file__).resolve().parent
 AGENT_FILE = HERE / "crash_agent.py"
@@ -62,6 +68,12 @@ PYTHON = sys.executable
 CLI = [PYTHON, "-m", "polyloop"]
 
 TRACEBACK = "Traceback (most recent call last)"
+
+# The knobs of crash_agent.py that act on the process running the agent: a command given one
+# of them runs as a real process even in an in-process world.
+PROCESS_KNOBS = ("POLYLOOP_KILL_AT", "POLYLOOP_FAULT", "POLYLOOP_SLOW", "POLYLOOP_BARRIER",
+                 "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED")
+
 
 
 def target(name: str = "agent") -> str:
@@ -77,6 +89,7 @@ class Proc:
     out: str
     err: str
     seconds: float
+    in_process: bool = False  # a command run through the CLI app in this process, not a process
 
     @property
     def killed(self) -> bool:
@@ -97,7 +110,9 @@ def _record_key(r: Any) -> str:
 class World:
     """One scenario: a run directory plus the world's own records of what happened."""
 
-    def __init__(self, root: Path, agent: str = "agent", *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, agent: str = "agent", *, extra_env: dict[str, str] | None = None,
+                 in_process: bool = True) -> None:
+        self.in_process = in_process
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.dir = self.root / "runs"
@@ -106,17 +121,17 @@ class World:
         self.agent = agent
         self.target = target(agent)
         self.procs: list[Proc] = []
+        with IN_PROCESS:  # never a copy of another command's environ
+            base = dict(os.environ)
         self.env = {
-            **os.environ,
+            **base,
             "POLYLOOP_EFFECTS": str(self.effects_path),
             "POLYLOOP_LEDGER": str(self.ledger_path),
             "POLYLOOP_DIR": str(self.dir),
             "POLYLOOP_LOG": str(self.log_path),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        for name in ("POLYLOOP_KILL_AT", "POLYLOOP_FAULT", "POLYLOOP_SLOW", "POLYLOOP_BARRIER",
-                     "POLYLOOP_BLOCK", "POLYLOOP_AT_EFFECT", "POLYLOOP_DEBUG", "POLYLOOP_STARTED",
-                     "POLYLOOP_BIG", "POLYLOOP_FOREIGN_LOG"):
+        for name in (*PROCESS_KNOBS, "POLYLOOP_BIG", "POLYLOOP_FOREIGN_LOG"):
             self.env.pop(name, None)
         self.env.update(extra_env or {})
 
@@ -153,7 +168,18 @@ class World:
         return self.finish(self.spawn(args, env), args, started, timeout)
 
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Proc:
+        full = {**self.env, **(env or {})}
+        if self.in_process and not any(full.get(k) for k in PROCESS_KNOBS):
+            return self.cli_in_process(list(args), full)
         return self.call([*CLI, *args], env, timeout)
+
+    def cli_in_process(self, args: list[str], env: dict[str, str]) -> Proc:
+        """The `polyloop` typer app called in this process with `env` as its whole environment."""
+        started = time.monotonic()
+        done = polyloop_in_process(*args, cwd=self.root, env=env)
+        p = Proc([*CLI, *args], done.code, done.stdout, done.stderr, time.monotonic() - started, True)
+        self.procs.append(p)
+        return p
 
     def child(self, *args: str, env: dict[str, str] | None = None) -> Proc:
         return self.call([PYTHON, str(CHILD), *args], env)
@@ -255,6 +281,11 @@ class World:
 
     def ledger(self) -> list[dict[str, Any]]:
         return _jsonl(self.ledger_path)
+
+    @property
+    def processes(self) -> int:
+        """How many real processes this world started (commands run in-process not counted)."""
+        return sum(not p.in_process for p in self.procs)
 
     def tracebacks(self) -> int:
         return sum(TRACEBACK in p.err or TRACEBACK in p.out for p in self.procs)
@@ -483,13 +514,3 @@ def _diff(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> str:
         if a != b:
             lines.append(f"  [{i}] got  {a}\n  [{i}] want {b}")
     return "\n".join(lines)
-
-
-def sampled(points: Sequence[Any], keep: int) -> list[Any]:
-    """The kill points a default test run covers: all of them with `POLYLOOP_ALL_KILL_POINTS=1`,
-    else `keep` of them spread evenly (the first and the last always among them), so the default
-    suite stays within its time budget while the full sweep stays one variable away."""
-    if os.environ.get("POLYLOOP_ALL_KILL_POINTS") == "1" or len(points) <= keep:
-        return list(points)
-    step = (len(points) - 1) / (keep - 1)
-    return [points[round(i * step)] for i in range(keep)]

@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
 
 import crashkit as ck  # noqa: E402
 from polyloop.stores import parse_log  # noqa: E402
@@ -44,7 +45,7 @@ def main(root: Path) -> dict:
     w.verify()
     w.recover()
     ck.audit(golden, w, ck.expect(golden, "before:step_completed:1"))
-    return {"processes": len(w.procs) + 1, "tracebacks": w.tracebacks()}
+    return {"processes": w.processes + 1, "tracebacks": w.tracebacks()}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support.cli import console_script, polyloop_in_process
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "artifact_child.py"
@@ -32,10 +33,11 @@ RUN = "pipe"
 
 
 def polyloop(*args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "PYTEST_"))}
-    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120, env=env,
+    if args[0] in ("inspect", "verify"):  # reading: in this process (only the child is killed)
+        done = polyloop_in_process(*args, env=env)
+        return subprocess.CompletedProcess(list(args), done.code, done.stdout, done.stderr)
+    return subprocess.run([*console_script(), *args], capture_output=True, text=True, timeout=120, env=env,
                           stdin=subprocess.DEVNULL)
 
 

@@ -49,7 +49,7 @@ def _line_up(w: ck.World, args_list: list[list[str]], barrier, variable: str = "
 def test_processes_starting_the_same_run_at_once_one_runs_the_others_are_refused(tmp_path, golden, reliability):
     outcomes = []
     for r in range(ROUNDS):
-        w = ck.World(tmp_path / f"round-{r}")
+        w = ck.World(tmp_path / f"round-{r}", in_process=False)
         args = [*ck.CLI, "run", w.target, "--run-id", ck.RUN_ID, "--goal", ck.GOAL, "--dir", str(w.dir)]
         procs = _line_up(w, [args] * 2, w.root / "go")
         winners = [p for p in procs if p.code == 0]
@@ -69,7 +69,7 @@ def test_processes_starting_the_same_run_at_once_one_runs_the_others_are_refused
 
 def test_the_exclusive_creation_of_a_log_admits_one_writer(tmp_path, reliability):
     for r in range(ROUNDS):
-        w = ck.World(tmp_path / f"round-{r}")
+        w = ck.World(tmp_path / f"round-{r}", in_process=False)
         args = [ck.PYTHON, str(ck.CHILD), "start-only", ck.RUN_ID, str(w.dir)]
         procs = _line_up(w, [args] * 4, w.root / "go")
         winners = [p for p in procs if p.code == 0]
@@ -88,7 +88,7 @@ def test_the_exclusive_creation_of_a_log_admits_one_writer(tmp_path, reliability
 
 def test_a_live_holder_is_named_and_a_kill_releases_the_run(tmp_path, reliability):
     golden = ck.golden_run(tmp_path / "golden", "blocking_agent")
-    w = ck.World(tmp_path / "w", "blocking_agent")
+    w = ck.World(tmp_path / "w", "blocking_agent", in_process=False)
     block = w.root / "block"
     w.env["POLYLOOP_BLOCK"] = str(block)
     args = [*ck.CLI, "run", w.target, "--run-id", ck.RUN_ID, "--goal", ck.GOAL, "--dir", str(w.dir)]
@@ -127,7 +127,7 @@ def test_a_live_holder_is_named_and_a_kill_releases_the_run(tmp_path, reliabilit
 
 def test_resumes_racing_after_a_crash_never_both_run(tmp_path, golden, reliability):
     for r in range(ROUNDS):
-        w = ck.World(tmp_path / f"round-{r}")
+        w = ck.World(tmp_path / f"round-{r}", in_process=False)
         assert w.child_run(kill_at="after:intent:model_call:3").killed  # a safe step 3 left to do
         # The barrier stands before the command line starts: resume takes the
         # run's hold before it imports the agent.

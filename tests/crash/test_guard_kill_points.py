@@ -19,18 +19,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import console_script, polyloop_in_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUN = "guarded"
-
-
-def polyloop_argv() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
 
 
 class World:
@@ -42,9 +37,13 @@ class World:
 
     def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "TRANSFER_", "PYTEST_"))}
-        done = subprocess.run([*polyloop_argv(), *args, "--dir", "runs"], cwd=self.root, capture_output=True,
-                              text=True, timeout=60, env={**base, "BANK_DB": str(self.bank), **env},
-                              stdin=subprocess.DEVNULL)
+        if args[0] in ("inspect", "mark-resolved"):  # reading and settling: in this process, no agent runs
+            inproc = polyloop_in_process(*args, "--dir", "runs", cwd=self.root, env={**base, "BANK_DB": str(self.bank)})
+            done = subprocess.CompletedProcess(list(args), inproc.code, inproc.stdout, inproc.stderr)
+        else:  # run and resume: a real process, which TRANSFER_CRASH kills
+            done = subprocess.run([*console_script(), *args, "--dir", "runs"], cwd=self.root, capture_output=True,
+                                  text=True, timeout=60, env={**base, "BANK_DB": str(self.bank), **env},
+                                  stdin=subprocess.DEVNULL)
         self.stderr.append(done.stderr)
         return done
 

@@ -74,7 +74,7 @@ def _first_never_effect(golden: ck.Golden) -> int:
 
 
 def scenario(golden: ck.Golden, root, point: str) -> Outcome:
-    w = ck.World(root / point.replace(":", "_"))
+    w = ck.World(root / point.replace(":", "_"), in_process=False)  # the one matrix all through the CLI
     out = Outcome(point)
     try:
         if point in RESOLUTION:
@@ -117,7 +117,7 @@ def matrix(tmp_path_factory):
     with ThreadPoolExecutor(workers) as pool:
         outcomes = {o.point: o for o in pool.map(lambda p: scenario(golden, root, p), POINTS)}
     # One `polyloop verify --strict` over every recovered log (one process, not one each).
-    verdicts = {f["path"]: f for f in ck.World(root / "verify").verify_all(root)["files"]}
+    verdicts = {f["path"]: f for f in ck.World(root / "verify", in_process=False).verify_all(root)["files"]}
     for out in outcomes.values():
         if out.recovered:
             path = str(root / out.point.replace(":", "_") / "runs" / f"{ck.RUN_ID}.jsonl")

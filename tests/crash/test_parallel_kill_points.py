@@ -91,10 +91,11 @@ def scenario(root: Path, point: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
+def outcomes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
     root = tmp_path_factory.mktemp("parallel")
+    points = ck.selected(request, "point")  # the slow-marked ones only when they run
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
-        return dict(zip(POINTS, pool.map(lambda p: scenario(root, p), POINTS)))
+        return dict(zip(points, pool.map(lambda p: scenario(root, p), points)))
 
 
 def test_the_uninterrupted_run_writes_all_intents_of_a_step_before_any_result(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 import crashkit as ck
 
 MAX_KILLS = 6
@@ -86,6 +88,7 @@ def soak_run(golden: ck.Golden, root, seed: int, startup: float, work: float) ->
     return {"seed": seed, "kills": kills, "mid_run": mid_run, "verdict": verdict, "world": w}
 
 
+@pytest.mark.slow  # a wall-clock budget of random kills: CI's second command runs it
 def test_random_kills_never_repeat_or_lose_anything(tmp_path, soak_seconds, reliability):
     golden = ck.golden_run(tmp_path / "golden", "soak_agent")
     # How long one uninterrupted run takes through the CLI: the window kills are drawn from.

@@ -47,13 +47,13 @@ NOT_RUN = {
     "python benchmarks/run.py --only steps": "takes minutes",
     "python benchmarks/run.py --update-docs": "takes minutes and rewrites docs/performance.md",
     "python -m venv .venv-peers && .venv-peers/bin/pip install -e '.[peers]'": "installs the benchmark peers",
-    "POLYLOOP_RELIABILITY_REPORT=reliability.json .venv/bin/python -m pytest tests/crash tests/property -q":
+    "POLYLOOP_RELIABILITY_REPORT=reliability.json .venv/bin/python -m pytest tests/crash tests/property -q -m \"\"":
         "part of the test suite itself",
     ".venv/bin/python tests/crash/report.py reliability.json docs/reliability.md":
         "rewrites docs/reliability.md from the figures of that run",
     "polyloop batch rollout.py:agent evals.txt --store postgresql://postgres@127.0.0.1:5432/test":
         "its fixed run ids would meet the last docs run's in the shared database "
-        "(tests/postgres/test_pg_batch.py runs batches on PostgreSQL)",
+        "(tests/stores/postgres/test_pg_batch.py runs batches on PostgreSQL)",
 }
 
 # Commands run in a shorter form: the README's first command installs, then runs the demo.

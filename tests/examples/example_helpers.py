@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import support.cli
+from support.cli import console_script  # noqa: F401 (re-exported to the example tests)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -18,12 +19,4 @@ Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without anything PolyLoop, OpenAI or the examples read."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LEAKY)}
-    env.update(extra)
-    return env
-
-
-def console_script() -> list[str]:
-    """The installed `polyloop` entry point next to this interpreter (else `-m polyloop`)."""
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
+    return support.cli.clean_env(leaky=LEAKY, **extra)

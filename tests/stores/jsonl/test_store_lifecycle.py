@@ -27,7 +27,7 @@ def started(run_id: str = "r") -> RunStarted:
 def fsyncs_on_threads(monkeypatch):
     # These tests are about the disk threads; with the default engine the
     # fsyncs of appends go to the kernel in batches and start no thread
-    # (its own lifecycle: tests/unit/test_batched_fsync.py).
+    # (its own lifecycle: tests/stores/jsonl/test_batched_fsync.py).
     monkeypatch.setenv("POLYLOOP_FSYNC", "threads")
 
 

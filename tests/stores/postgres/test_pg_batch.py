@@ -1,6 +1,6 @@
 """`polyloop batch --store postgresql://...`: runs in the database, re-run is resume, kills survived.
 
-Mirrors tests/batch/test_batch_crash.py at a small size: the real `polyloop
+Mirrors tests/fleet/batch/test_batch_crash.py at a small size: the real `polyloop
 batch` in subprocesses, the parent killed with SIGKILL at random points (its
 worker processes die with it, their leases lapse), then re-run — settling
 parked runs from the world's effects file, never from the log — until it
@@ -18,7 +18,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -29,26 +28,13 @@ import psycopg
 from pg_helpers import check_invariants
 from polyloop import inspect_run, mark_resolved
 from polyloop.stores import PostgresStore
+from support.cli import Done, console_script
+from support import TESTS
 
-AGENTS = Path(__file__).resolve().parent.parent / "batch" / "agents.py"
+AGENTS = TESTS / "fleet" / "batch" / "agents.py"
 LINES = 12
 ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 3)
 LEASE = "1"
-
-
-def _polyloop() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
-
-
-@dataclass
-class Done:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self):
-        return json.loads(self.stdout)
 
 
 @dataclass
@@ -73,7 +59,7 @@ class World:
 
     def argv(self, agent: str, goals: Path, *args: str) -> list[str]:
         workers = () if "--processes" in args else ("--processes", "1")
-        return [*_polyloop(), "batch", f"{AGENTS}:{agent}", str(goals), "--store", self.url, *workers, *args]
+        return [*console_script(), "batch", f"{AGENTS}:{agent}", str(goals), "--store", self.url, *workers, *args]
 
     def batch(self, agent: str, goals: Path, *args: str, timeout: float = 120, **extra: str) -> Done:
         proc = subprocess.run(self.argv(agent, goals, *args), cwd=self.root, env=self.env(**extra),
@@ -135,7 +121,7 @@ def _check_oracle(world: World, doc: dict, run_ids: list[str]) -> None:
     with psycopg.connect(world.url, autocommit=True) as conn:
         for run_id in run_ids:
             check_invariants(conn, run_id)
-    verified = subprocess.run([*_polyloop(), "verify", "--store", world.url, "--json"], capture_output=True,
+    verified = subprocess.run([*console_script(), "verify", "--store", world.url, "--json"], capture_output=True,
                               text=True, timeout=60, env=world.env())
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert json.loads(verified.stdout)["summary"]["corrupt"] == 0
@@ -187,7 +173,7 @@ def test_rerun_is_resume_and_a_changed_goal_is_reported_as_on_a_directory(own_db
     goals = world.goals(["goal 1", "goal 2", "goal 3"])
     on_db = world.batch("quick", goals, "--json")
     on_dir = subprocess.run(
-        [*_polyloop(), "batch", f"{AGENTS}:quick", str(goals), "--dir", str(tmp_path / "runs"),
+        [*console_script(), "batch", f"{AGENTS}:quick", str(goals), "--dir", str(tmp_path / "runs"),
          "--processes", "1", "--json"],
         cwd=tmp_path, env=world.env(), capture_output=True, text=True, timeout=120,
     )
@@ -242,7 +228,7 @@ def test_a_bad_or_unreachable_store_gives_the_error_every_command_gives(tmp_path
     world = World(tmp_path, "postgresql://nobody:secret@127.0.0.1:1/nothing")
     goals = world.goals(["goal 1"])
     done = world.batch("quick", goals, timeout=60)
-    inspected = subprocess.run([*_polyloop(), "inspect", "x", "--store", world.url], capture_output=True,
+    inspected = subprocess.run([*console_script(), "inspect", "x", "--store", world.url], capture_output=True,
                                text=True, timeout=60, env=world.env())
     assert done.code == inspected.returncode == 1, done
     assert done.stderr.splitlines() == inspected.stderr.splitlines() and len(done.stderr.splitlines()) == 1
@@ -250,7 +236,7 @@ def test_a_bad_or_unreachable_store_gives_the_error_every_command_gives(tmp_path
     bad = World(tmp_path, "postgresql://bad url").batch("quick", goals, "--json", timeout=60)
     assert bad.code == 1 and bad.json()["error"]["type"] == "StoreError", bad
     lease_on_dir = subprocess.run(
-        [*_polyloop(), "batch", f"{AGENTS}:quick", str(goals), "--dir", str(tmp_path / "runs"), "--lease", "2"],
+        [*console_script(), "batch", f"{AGENTS}:quick", str(goals), "--dir", str(tmp_path / "runs"), "--lease", "2"],
         capture_output=True, text=True, timeout=60, env=world.env(),
     )
     assert lease_on_dir.returncode == 2 and "--lease applies to a PostgreSQL store" in lease_on_dir.stderr

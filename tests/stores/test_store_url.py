@@ -16,6 +16,7 @@ import pytest
 from polyloop import Agent, JsonlStore, ScriptedModel, StoreUrlError, list_runs, run_batch
 from polyloop.stores import open_store, redact_url, store_kind
 from polyloop.stores._url import describe_url, hide_secrets
+from support import TESTS
 
 REFUSED = ["mysql://u:pw@h/db", "sqlite:///x.db", "postgresql+psycopg://u@h/db", "POSTGRES://h/db", "s3://bucket/x"]
 
@@ -129,7 +130,7 @@ def test_list_runs_refuses_another_scheme(empty_cwd):
 
 
 def test_run_batch_refuses_another_scheme_given_or_from_the_environment(empty_cwd, monkeypatch):
-    target = f"{Path(__file__).resolve().parents[1] / 'cli' / 'agents.py'}:finishing"
+    target = f"{TESTS / 'cli' / 'agents.py'}:finishing"
     with pytest.raises(StoreUrlError):
         run_batch(target, ["g"], directory="mysql://h/db", processes=1)
     monkeypatch.setenv("POLYLOOP_STORE", "mysql://h/db")

@@ -10,14 +10,13 @@ the password then coming from PGPASSWORD (or ~/.pgpass), as a note says.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pytest
 
 from pg_helpers import fresh_ids
 from test_pg_ls import Done, polyloop
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "examples" / "demo.py") + ":agent"
 PAYER = str(ROOT / "tests" / "cli" / "approval_agents.py") + ":payer"
 SECRET, SSL_SECRET = "s3cretPW", "k3yPW"

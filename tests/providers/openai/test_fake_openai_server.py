@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from polyloop.testing import FakeOpenAIServer, FakeResponse
+from support import ROOT
 
 
 def _post(server: FakeOpenAIServer, body: Any, key: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -119,7 +120,7 @@ def test_the_server_command_lives_outside_the_package_and_prints_its_environment
     import sys
     from pathlib import Path
 
-    tool = Path(__file__).resolve().parents[2] / "tools" / "fake_model_server.py"
+    tool = ROOT / "tools" / "fake_model_server.py"
     done = subprocess.run(
         [sys.executable, str(tool), "--api", api, "--final", "hi", "--lifetime", "0.5"],
         capture_output=True, text=True, timeout=60,

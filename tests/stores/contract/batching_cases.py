@@ -2,8 +2,8 @@
 
 `BatchingCases` is a pytest base class like `polyloop.testing.StoreContract`:
 a test class subclasses it and provides a `store_factory` fixture. The
-JSONL and memory stores run it in tests/contract, the PostgreSQL store in
-tests/postgres.
+JSONL and memory stores run it in tests/stores/contract, the PostgreSQL store in
+tests/stores/postgres.
 """
 
 from __future__ import annotations

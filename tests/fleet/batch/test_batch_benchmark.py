@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
+from support import ROOT
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "batch.py"
+SCRIPT = ROOT / "benchmarks" / "batch.py"
 
 
 def test_the_batch_benchmark_runs_and_prints_its_ratios(tmp_path):

@@ -7,52 +7,26 @@ on everything but where the runs live (`file`) and when they moved (`updated`).
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from polyloop.stores._pg_conn import describe_url
+from support.cli import Done, clean_env, console_script
+from support.cli import polyloop as run_polyloop
+from support import TESTS
 
-AGENTS = Path(__file__).resolve().parent.parent / "cli" / "agents.py"
-
-
-def _polyloop() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "FORCE_COLOR", "PYTEST_"))}
-    env.pop("COLUMNS", None)
-    env.update(extra)
-    return env
-
-
-@dataclass
-class Done:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self):
-        return json.loads(self.stdout)
+AGENTS = TESTS / "cli" / "agents.py"
 
 
 def polyloop(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Done:
-    proc = subprocess.run([*_polyloop(), *args], cwd=cwd, env=_env(**(env or {})), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    return Done(proc.returncode, proc.stdout, proc.stderr)
+    return run_polyloop(*args, cwd=cwd, env=clean_env(**(env or {})), timeout=timeout)
 
 
 def _make_runs(where: list[str], cwd: Path, effects: Path) -> subprocess.Popen[str]:
@@ -67,8 +41,8 @@ def _make_runs(where: list[str], cwd: Path, effects: Path) -> subprocess.Popen[s
     assert run("finishing", "broken") == 0
     marker = cwd / f"started-{uuid.uuid4().hex[:6]}"
     live = subprocess.Popen(
-        [*_polyloop(), "run", f"{AGENTS}:slow", "--goal", "g", "--run-id", "live", *where],
-        cwd=cwd, env=_env(POLYLOOP_TEST_STARTED=str(marker)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [*console_script(), "run", f"{AGENTS}:slow", "--goal", "g", "--run-id", "live", *where],
+        cwd=cwd, env=clean_env(POLYLOOP_TEST_STARTED=str(marker)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL, text=True,
     )
     deadline = time.monotonic() + 30

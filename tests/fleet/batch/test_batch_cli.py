@@ -8,12 +8,12 @@ import shlex
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from batch_helpers import World, kill_group, polyloop, target
 
 from polyloop import BatchReport, JsonlStore, inspect_run, run_batch
+from support import TESTS
 
 
 @pytest.fixture
@@ -310,7 +310,7 @@ def test_json_is_the_one_document_on_stdout_even_when_the_agent_prints_as_it_loa
 
 
 def test_a_run_waiting_for_approval_or_an_answer_gets_the_commands_that_settle_it(world):
-    agents = Path(__file__).resolve().parent.parent / "cli" / "approval_agents.py"
+    agents = TESTS / "cli" / "approval_agents.py"
     for agent, expected in (("payer", ["polyloop approve", "polyloop deny"]), ("asker", ["polyloop answer"])):
         goals = world.goals(["g"], name=f"{agent}.txt")
         proc = subprocess.run(

@@ -28,6 +28,7 @@ from pg_helpers import (
 )
 from pg_clock import lapse
 from pg_proxy import Proxy
+from support import TESTS
 
 
 def test_until_idle_waits_for_a_dead_workers_lease_and_takes_its_run_over(own_db, pg_conn, tmp_path):
@@ -141,7 +142,7 @@ def test_a_parked_run_says_how_to_reach_its_store_and_that_a_worker_continues_it
     import sys
     from pathlib import Path
 
-    payer = str(Path(__file__).resolve().parent.parent / "cli" / "approval_agents.py") + ":payer"
+    payer = str(TESTS / "cli" / "approval_agents.py") + ":payer"
     [run_id] = fresh_ids("pgc-parked", 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLYLOOP_")}
     env["APPROVAL_TEST_EFFECTS"] = str(tmp_path / "paid")

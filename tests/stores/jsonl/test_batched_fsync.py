@@ -12,7 +12,7 @@ from polyloop import JsonlStore, StoreError
 from polyloop.stores import _aio
 from polyloop.stores._aio import Syncer, open_syncer
 from polyloop.stores._disk import Disk
-from tests.unit.test_jsonl_store import MI, MR, started, write_all
+from test_jsonl_store import MI, MR, started, write_all
 
 pytestmark = pytest.mark.skipif(
     _aio._NUMBERS.get(os.uname().machine) is None or _aio._kernel() < (4, 18),

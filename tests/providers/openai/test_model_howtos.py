@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from polyloop import JsonlStore, ModelCallResult
+from support import ROOT
 
-HOWTOS = Path(__file__).resolve().parents[2] / "docs" / "how-to"
+HOWTOS = ROOT / "docs" / "how-to"
 
 
 def _run_blocks(page: str, tmp_path: Path) -> dict[str, object]:

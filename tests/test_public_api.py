@@ -8,7 +8,7 @@ import sys
 
 import polyloop
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_all_is_sorted_and_lists_exactly_the_public_names():

@@ -8,14 +8,14 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from test_pg_ls import polyloop
 
 from polyloop.stores import PostgresStore
+from support import ROOT
 
-DEMO = str(Path(__file__).resolve().parents[2] / "examples" / "demo.py") + ":agent"
+DEMO = str(ROOT / "examples" / "demo.py") + ":agent"
 
 
 def test_a_killed_run_resumes_at_once_not_when_its_lease_lapses(own_db, tmp_path):

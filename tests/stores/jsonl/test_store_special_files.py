@@ -27,38 +27,10 @@ from polyloop import (
     verify_file,
     verify_logs,
 )
+from support.watchdog import WATCHDOG, Hung, watchdog  # noqa: F401  (autouse: every test here runs under it)
 
 MI = Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1")
 LOG = encode_record(RunStarted(run_id="r", goal="g")) + encode_record(MI)
-WATCHDOG = 5.0  # seconds; every case here takes milliseconds
-
-
-class Hung(Exception):
-    pass
-
-
-@pytest.fixture(autouse=True)
-def watchdog(tmp_path):
-    """Interrupt a blocked system call in the main thread (e.g. `open` of a FIFO) after WATCHDOG s.
-
-    When it fires, every FIFO of the test is opened for writing once, so
-    that a thread a regression left blocked in `open` wakes up too and the
-    session can end.
-    """
-
-    def fire(signum, frame):
-        for path in tmp_path.rglob("*"):
-            if stat.S_ISFIFO(path.lstat().st_mode):
-                os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
-        raise Hung(f"hung for {WATCHDOG}s: a FIFO or a link was waited on")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, WATCHDOG)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

@@ -7,13 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from polyloop import JsonlStore, inspect_run, mark_resolved, verify_logs
+from support.cli import LEAKY, Done, clean_env  # noqa: F401 (Done re-exported to the batch tests)
+from support.cli import console_script as polyloop
 
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "agents.py"
@@ -23,26 +24,8 @@ def target(name: str) -> str:
     return f"{AGENTS}:{name}"
 
 
-def polyloop() -> list[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "polyloop"]
-
-
 def env(**extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "BATCH_", "PYTEST_", "FORCE_COLOR"))}
-    out.pop("COLUMNS", None)
-    out.update(extra)
-    return out
-
-
-@dataclass
-class Done:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
+    return clean_env(leaky=(*LEAKY, "BATCH_"), **extra)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_store_special_files import watchdog  # noqa: F401  (autouse: every test here runs under it)
+from support.watchdog import watchdog  # noqa: F401  (autouse: every test here runs under it)
 
 from polyloop import InvalidInputError, ScriptedModel
 from polyloop._files import NotRegularFileError, open_regular, read_regular

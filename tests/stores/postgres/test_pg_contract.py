@@ -1,4 +1,4 @@
-"""The storage contract kit, and the batching cases of tests/contract, run against PostgresStore on a real server."""
+"""The storage contract kit, and the batching cases of tests/stores/contract, run against PostgresStore on a real server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agent targets the batch tests run as `tests/batch/agents.py:NAME`, in real worker processes.
+"""Agent targets the batch tests run as `tests/fleet/batch/agents.py:NAME`, in real worker processes.
 
 The world keeps its own record, independent of the logs:
 
