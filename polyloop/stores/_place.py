@@ -1,7 +1,8 @@
 """Where a store spec is, as a printed command names it (`polyloop._log.commands.Place`).
 
 The default place is what a command with no flag opens: $POLYLOOP_STORE,
-else $POLYLOOP_DIR, else ./runs. Any other directory is named by its
+else $POLYLOOP_DIR, else ./runs, as written there. Any other directory
+(the default one named another way too, `--dir /abs/runs`) is named by its
 absolute path, so the command works pasted from another directory; a
 database is named by its URL without secrets, and not at all when
 $POLYLOOP_STORE is that URL (the reader's environment supplies it).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
 from .._log.commands import DEFAULT, Place
 from ._url import redact_url, store_kind
@@ -34,6 +36,6 @@ def place_of(spec: str | os.PathLike[str] | None) -> Place:
             return DEFAULT
         shown = redact_url(text)
         return Place(f" --store {shlex.quote(shown)}", secret_left_out=shown != text)
-    if store_kind(default) == "directory" and os.path.abspath(text) == os.path.abspath(default):
-        return DEFAULT
+    if store_kind(default) == "directory" and Path(text) == Path(default):
+        return DEFAULT  # as given by default (or named as the default is): a command with no flag opens it
     return Place(f" --dir {shlex.quote(os.path.abspath(text))}")
