@@ -60,6 +60,11 @@ def serve(place: Place) -> None:
     _serving.set(place)
 
 
+def serving_now() -> Place:
+    """The place commands built now name (to hand to a worker process, which serves it too)."""
+    return _serving.get()
+
+
 def take_secret_note() -> bool:
     """Whether a command printed since the last call left a store URL's secret out."""
     found = bool(_secrets_left_out)
