@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from polyloop import Recovery, RunReport, answer, approve, deny, inspect_run
+from polyloop import Recovery, RunReport
+from polyloop.for_cli import decide
 from polyloop.stores import open_store
 
 from . import options, waits_view
@@ -80,7 +81,7 @@ def approve_command(
         scope.directory = where = options.where(directory, store_url)
         _text(reason, "--reason", by)
         edited = _json_object(args) if args is not None else None
-        recovery, report = asyncio.run(_run(where, approve, run_id, request_id, reason=reason, by=by, args=edited,
+        recovery, report = asyncio.run(_run(where, "approved", run_id, request_id, reason=reason, by=by, args=edited,
                                             expect_sha256=expect_sha256))
         waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
@@ -110,7 +111,7 @@ def deny_command(
     with failures(Scope(run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         _text(reason, "--reason", by)
-        recovery, report = asyncio.run(_run(where, deny, run_id, request_id, reason=reason, by=by,
+        recovery, report = asyncio.run(_run(where, "denied", run_id, request_id, reason=reason, by=by,
                                             expect_sha256=expect_sha256))
         waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
@@ -147,16 +148,17 @@ def answer_command(
         scope.directory = where = options.where(directory, store_url)
         _text(text, "TEXT", by)
         options.utf8(reason, "--reason")
-        recovery, report = asyncio.run(_run(where, answer, run_id, request_id, text, by=by, reason=reason))
+        recovery, report = asyncio.run(_run(where, "answered", run_id, request_id, answer=text, by=by, reason=reason))
         waits_view.decided(run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
-async def _run(where: str, fn: Any, run_id: str, *args: Any, **kwargs: Any) -> tuple[Recovery, RunReport]:
+async def _run(where: str, kind: str, run_id: str, request_id: str, **kwargs: Any) -> tuple[Recovery, RunReport]:
     async with open_store(where) as store:
-        recovery = await fn(store, run_id, *args, **kwargs)
-        # The next line is inspect's: the planner's move judged against the checkpoint, as resume judges it.
-        return recovery, await inspect_run(store, run_id, validity=True)
+        settled = await decide(store, run_id, request_id, kind, **kwargs)
+        # The next line is inspect's, from the log read once: the planner's move judged
+        # against the checkpoint, as resume judges it.
+        return settled.recovery, await settled.report(store)
 
 
 def _text(value: str, flag: str, by: str | None) -> None:

@@ -52,6 +52,8 @@ from polyloop import (
     TargetError,
 )
 
+from polyloop.for_cli import commands
+
 from . import failure_view, paste, terminal
 from .scope import Scope
 
@@ -136,7 +138,8 @@ def set_debug(on: bool) -> None:
 def failures(scope: Scope) -> Iterator[Scope]:
     """Run a command body; turn anything it raises into a rendered message and an exit code."""
     try:
-        yield scope
+        with commands.serving(commands.DEFAULT):  # until options.where says where runs live
+            yield scope
     except (typer.Exit, ClickException, GeneratorExit):
         raise
     except (terminal.OutputClosed, BrokenPipeError):

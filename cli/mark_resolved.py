@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from polyloop import Recovery, RunReport, inspect_run, mark_resolved
-from polyloop._files import read_regular  # the library's one refusal of a FIFO, device or socket; not public API
+from polyloop import Recovery, RunReport
+from polyloop.for_cli import read_regular, resolve  # the library's one refusal of a FIFO, device or socket
 from polyloop.stores import open_store
 
 from . import options, waits_view
@@ -120,11 +120,10 @@ async def _resolve(
     where: str, run_id: str, result_id: str, executed: bool, text: str | None, reason: str | None, by: str | None
 ) -> tuple[Recovery, RunReport]:
     async with open_store(where) as store:
-        recovery = await mark_resolved(
-            store, run_id, result_id, executed=executed, observation=text, reason=reason, by=by
-        )
-        # The next line is inspect's: the planner's move judged against the checkpoint, as resume judges it.
-        return recovery, await inspect_run(store, run_id, validity=True)
+        settled = await resolve(store, run_id, result_id, executed=executed, observation=text, reason=reason, by=by)
+        # The next line is inspect's, from the log read once: the planner's move judged
+        # against the checkpoint, as resume judges it.
+        return settled.recovery, await settled.report(store)
 
 
 def _read(path: Path) -> str:

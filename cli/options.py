@@ -10,6 +10,7 @@ import typer
 from polyloop import default_directory
 from polyloop.stores import store_kind
 
+from . import paste
 from .errors import BadInput
 
 RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
@@ -52,7 +53,8 @@ def where(directory_given: str | None, store_given: str | None) -> str:
     `$POLYLOOP_DIR`, else `./runs`; refused (exit 2) if it is a URL of a scheme PolyLoop does not serve."""
     if directory_given and store_given:
         raise BadInput("give --dir or --store, not both")
-    return checked(store_given or directory_given or os.environ.get("POLYLOOP_STORE") or default_directory())
+    spec = checked(store_given or directory_given or os.environ.get("POLYLOOP_STORE") or default_directory())
+    return paste.serve(spec)  # every command printed from now on names it (when not the default)
 
 
 def checked(spec: str) -> str:

@@ -1,42 +1,38 @@
-"""Commands an operator can paste: the one place each printed command is built.
+"""Commands an operator can paste, as the CLI prints them.
 
-Every message that tells a person what to run next (a settlement, a
-decision, a resume, an inspect, a batch re-run) takes its text from here,
-so the command a stop prints, the one `inspect` prints and the one a batch
-summary prints are the same command.
+Each command's text is built in one place, the library's
+`polyloop.for_cli.commands` (the library's own error messages and
+inspect's `next` use it too); this module only turns a store spec into the
+`Place` the commands name, and says once when a printed URL left its
+password out.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from polyloop import default_directory
-from polyloop.stores import redact_url, store_kind
+from polyloop import PolyLoopError
+from polyloop.for_cli import Place, canonical_target, commands, place_of
+from polyloop.stores import redact_url
 
 from .terminal import clip, err, say
 
 
+def serve(directory: str) -> str:
+    """Every command printed from now on (library messages too) names `directory` when not the default."""
+    commands.serve(place_of(directory))
+    return directory
+
+
+def _place(directory: str | None) -> Place:
+    return place_of(directory)
+
+
 def dir_flag(directory: str | None) -> str:
     """` --dir DIR` (or ` --store URL`) when that is not where commands look by default."""
-    if directory is None:
-        return ""
-    default = os.environ.get("POLYLOOP_STORE") or default_directory()
-    if store_kind(directory) == "postgresql":
-        if directory == default:
-            return ""
-        # Never a secret in a command to paste (a terminal, a CI log): the
-        # reader supplies it the way libpq does (PGPASSWORD, ~/.pgpass); store_note says so.
-        shown = place(directory)
-        if shown != directory:
-            _secrets_left_out.append(shown)
-        return f" --store {shlex.quote(shown)}"
-    if Path(directory) == Path(default):
-        return ""
-    return f" --dir {shlex.quote(directory)}"
+    return commands.where(_place(directory))
 
 
 def place(where: str) -> str:
@@ -44,13 +40,9 @@ def place(where: str) -> str:
     return redact_url(where)
 
 
-_secrets_left_out: list[str] = []  # store URLs a command printed without their secrets
-
-
 def store_note() -> None:
     """Once a command is done: if it printed a store URL without its secrets, say where they come from."""
-    if _secrets_left_out:
-        _secrets_left_out.clear()
+    if commands.take_secret_note():
         say(
             err(),
             ("polyloop: note: ", "dim"),
@@ -60,62 +52,35 @@ def store_note() -> None:
 
 
 def resume_command(run_id: str, directory: str | None) -> str:
-    return f"polyloop resume {shlex.quote(run_id)}{dir_flag(directory)}"
+    return commands.resume(run_id, _place(directory))
 
 
 def settle_commands(run_id: str, result_id: str, directory: str | None) -> tuple[str, str]:
     """The exact `mark-resolved` commands that settle an unknown execution: (executed, not executed)."""
-    base = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(result_id)}"
-    where = dir_flag(directory)
-    return f"{base} --executed{where}", f"{base} --not-executed{where}"
-
-
-def accept_crash_loop_command(run_id: str, directory: str | None) -> str:
-    """The resume that lifts a crash loop, on the record."""
-    return f"polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT{dir_flag(directory)}"
+    return commands.settle(run_id, result_id, _place(directory))
 
 
 def inspect_command(run_id: str, directory: str | None) -> str:
-    return f"polyloop inspect {shlex.quote(run_id)}{dir_flag(directory)}"
+    return commands.inspect(run_id, _place(directory))
 
 
 def decide_commands(run_id: str, kind: str, request_id: str, directory: str | None) -> list[tuple[str, str]]:
     """The exact commands that decide a waiting request (`approval` or `answer`), each with what it means."""
-    rid, where = f"{shlex.quote(run_id)} {shlex.quote(request_id)}", dir_flag(directory)
-    if kind == "answer":
-        return [(f"polyloop answer {rid} TEXT{where}", "the model reads TEXT as the answer")]
-    return [
-        (f"polyloop approve {rid} --reason TEXT{where}", "run it (add --args JSON to run edited arguments)"),
-        (f"polyloop deny {rid} --reason TEXT{where}", "never run it: the model reads the denial"),
-    ]
+    return commands.decide(run_id, kind, request_id, _place(directory))
 
 
 def waiting_commands(run_id: str, waiting: Sequence[Mapping[str, Any]], directory: str | None) -> list[tuple[str, str]]:
     """The commands that settle what a parked run waits for (`BatchRun.waiting`), each with what it means."""
-    out: list[tuple[str, str]] = []
-    for w in waiting:
-        kind = w.get("kind", "unknown")
-        if kind == "crash_loop":
-            out.append((accept_crash_loop_command(run_id, directory), "resume it once more, on the record"))
-        elif kind in ("approval", "answer"):
-            out.extend(decide_commands(run_id, kind, str(w["id"]), directory))
-        elif kind not in ("unknown", "alert"):
-            # A kind of waiting this version does not know: inspect names its commands.
-            out.append((inspect_command(run_id, directory), f"{kind}: inspect says how to settle it"))
-        else:
-            tool = clip(w.get("tool"), 60)
-            executed, not_executed = settle_commands(run_id, str(w["id"]), directory)
-            out += [(executed, f"{tool} happened"), (not_executed, f"{tool} did not happen")]
-    return out
+    shown = [{**w, "tool": clip(w.get("tool"), 60)} for w in waiting]
+    return commands.waiting(run_id, shown, _place(directory))
 
 
 def batch_command(
     target: str, goals_file: str, name: str | None, directory: str | None, lease: float | None = None
 ) -> str:
-    """The same `polyloop batch` again: how a batch resumes."""
-    parts = ["polyloop", "batch", shlex.quote(target), shlex.quote(goals_file)]
-    if name is not None:
-        parts += ["--name", shlex.quote(name)]
-    if lease is not None:
-        parts += ["--lease", f"{lease:g}"]
-    return " ".join(parts) + dir_flag(directory)
+    """The same `polyloop batch` again: how a batch resumes (its paths absolute, to paste anywhere)."""
+    try:
+        target = canonical_target(target)
+    except PolyLoopError:  # not a target at all: the batch refused it; say it as given
+        pass
+    return commands.batch(target, os.path.abspath(goals_file), name, _place(directory), lease)

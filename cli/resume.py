@@ -87,11 +87,7 @@ def command(
         options.utf8(reason, "--reason")
         options.utf8(by, "--by")
         resume = Resume(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
-        since = alerts.now()
-        try:
-            result = asyncio.run(_resume(where, run_id, resume))
-        finally:
-            alerts.warn_since(where, run_id, since)
+        result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines()))
         run_view.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
 
@@ -107,7 +103,7 @@ class Resume:
     by: str | None
 
 
-async def _resume(where: str, run_id: str, asked: Resume) -> RunResult:
+async def _resume(where: str, run_id: str, asked: Resume, on_alert: alerts.AlertLines) -> RunResult:
     async with open_store(where) as store:
         return await resume_run(
             run_id,
@@ -118,4 +114,5 @@ async def _resume(where: str, run_id: str, asked: Resume) -> RunResult:
             accept_crash_loop=asked.accept_crash_loop,
             reason=asked.reason,
             by=asked.by,
+            on_alert=on_alert,
         )

@@ -110,11 +110,7 @@ def command(
         scope.run_id = rid
         log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{paste.place(where)} run {rid}"
         run_view.run_begins(rid, log)
-        since = alerts.now()
-        try:
-            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
-        finally:
-            alerts.warn_since(where, rid, since)
+        result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
         run_view.run_result(result)
     raise typer.Exit(result_code(result.reason))
 
@@ -124,5 +120,6 @@ async def _run(
 ) -> RunResult:
     async with open_store(where) as store:
         return await run_target(
-            target, goal=goal, store=store, run_id=run_id, max_steps=max_steps, agent=agent, inputs=inputs
+            target, goal=goal, store=store, run_id=run_id, max_steps=max_steps, agent=agent, inputs=inputs,
+            on_alert=alerts.AlertLines(),
         )

@@ -44,7 +44,8 @@ from ._log.errors import (
     TransientModelError,
 )
 from ._log.ids import check_run_id, new_run_id
-from ._operate.inspect import RunReport, inspect_run, mark_resolved
+from ._operate.inspect import RunReport, inspect_run
+from ._operate.resolve import mark_resolved
 from ._operate.ls import RunSummary, list_runs
 from ._log.model_port import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._log.records import (

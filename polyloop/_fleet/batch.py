@@ -26,6 +26,7 @@ from .._run.agent import default_directory
 from .manifest import Manifest, batch_lock, load_manifest, manifest_path, reconcile, save_manifest
 from .plan import BatchError, BatchLine, check_name, default_name, read_goals
 from .report import BatchProgress, BatchReport, BatchRun, count
+from .._log import commands
 from .._log.errors import TargetError
 from .._run.target import load_target
 from ..stores._open import postgres_class
@@ -303,6 +304,7 @@ class _Supervisor:
         self.settings = {
             "sys_path": list(sys.path), "target": target, "directory": directory,
             "wait_active": wait_active, "lease": lease, "concurrency": concurrency,
+            "place": commands.serving_now(),  # its messages name the run's place as ours do
         }
         self.total = len(lines) + len(removed)
         self.results: dict[int, BatchRun] = {}

@@ -27,6 +27,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .._log import commands
 from .._run.agent import Agent
 from .._run.result import RunResult
 from .plan import fresh_run_advice
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the parent loaded it; say why this process could not
         conn.send(("fatal", f"{type(exc).__name__}: {exc}" if not isinstance(exc, PolyLoopError) else str(exc)))
         os._exit(2)
+    commands.serve(settings.get("place", commands.DEFAULT))
     conn.send(("ready", os.getpid()))
     worker = _Worker(conn, agent, _open_store(settings), settings["target"], settings["wait_active"])
     # Not asyncio.run: its shutdown waits for the threads of sync tools, and a stop

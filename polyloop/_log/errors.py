@@ -31,10 +31,11 @@ Tool failures are not errors: they become observations the model sees.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from . import commands
 
 if TYPE_CHECKING:
     from .model_port import Usage
@@ -107,7 +108,7 @@ class RunExistsError(PolyLoopError):
         super().__init__(
             f"run {run_id!r} already exists: {why}" if why else
             f"run {run_id!r} already exists: continue it with "
-            f"`polyloop resume {run_id}` or choose another run id"
+            f"`{commands.resume(run_id)}` or choose another run id"
         )
 
 
@@ -230,11 +231,10 @@ class NeedsOperatorError(PolyLoopError):
             f"{e.tool}({_short_args(e.args)}) result id {e.result_id}" for e in self.executions
         ]
         ids = self.executions[0].result_id if self.executions else "RESULT_ID"
-        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(ids)}"
         super().__init__(
             f"run {run_id!r} needs an operator: unknown outcome of "
             + "; ".join(parts)
-            + f"; settle it with `{settle} --executed` or `--not-executed`, then resume"
+            + f"; settle it with {_either(run_id, ids)}, then resume"
         )
 
 
@@ -254,11 +254,10 @@ class AlertError(NeedsOperatorError):
         e = self.executions[0]
         ver = getattr(e, "verification", None)
         why = ver.reason if ver is not None and ver.reason else "it returned False"
-        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
         self.args = (
             f"run {run_id!r} needs an operator: the verification of {e.tool}({_short_args(e.args)}) "
             f"result id {e.result_id} failed ({why}) and nothing undid it; check the world, then "
-            f"settle it with `{settle} --executed` or `--not-executed`, then resume",
+            f"settle it with {_either(run_id, e.result_id)}, then resume",
         )
 
 
@@ -280,16 +279,15 @@ class ApprovalRequiredError(NeedsOperatorError):
         self.requests = self.executions
         parts = []
         for r in self.requests:
-            rid = shlex.quote(r.result_id)
             if r.kind == "answer":
                 parts.append(
                     f"{r.tool} ({r.result_id}) asks {_short_args(r.args.get('question', ''))}; answer with "
-                    f"`polyloop answer {shlex.quote(run_id)} {rid} TEXT`"
+                    f"`{commands.answer(run_id, r.result_id)}`"
                 )
             else:
                 parts.append(
                     f"{r.tool}({_short_args(r.args)}) result id {r.result_id} needs approval; decide with "
-                    f"`polyloop approve {shlex.quote(run_id)} {rid} --reason TEXT` or `polyloop deny ...`"
+                    f"`{commands.approve(run_id, r.result_id)}` or `polyloop deny ...`"
                 )
         self.args = (f"run {run_id!r} waits for a person: " + "; ".join(parts) + ", then resume",)
 
@@ -339,7 +337,7 @@ class CrashLoopError(NeedsOperatorError):
             self,
             f"run {run_id!r} is in a crash loop: resumed {resumes} times without completing a step "
             f"(its budget is {limit}); it keeps dying in {where}. Find out why, then lift the stop with "
-            f"`polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT`",
+            f"`{commands.accept_crash_loop(run_id)}`",
         )
 
 
@@ -468,6 +466,10 @@ class StoreUrlError(PolyLoopError, ValueError):
                 f"postgresql://... (or postgres://...){hint}; for a directory of that name, write ./NAME"
             )
         super().__init__(message)
+
+
+def _either(run_id: str, result_id: str) -> str:
+    return f"`{commands.mark_resolved(run_id, result_id, executed=True)}` or `--not-executed`"
 
 
 def _short_args(args: Any, limit: int = 80) -> str:

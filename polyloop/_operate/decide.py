@@ -16,10 +16,10 @@ import orjson
 from .._recovery.walker import Recovery, Walker
 from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
-from .._run.hold import walked, write_settlement
 from .._log.records import Decision, DecisionKind, args_digest, representable
 from .._log.store_port import Store, capabilities_of
 from .._log.who import REASON, said, settled_by
+from .resolve import Settled, settle
 
 
 async def approve(
@@ -65,10 +65,9 @@ async def approve(
         RunActiveError: a live process holds the run (another decider, or the run).
         RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
-    if args is not None and not isinstance(args, dict):
-        raise DecisionError(run_id, request_id, f"edited arguments must be a JSON object, not {type(args).__name__}")
-    return await _decide(store, run_id, request_id, "approved", reason=reason, by=by, args=args,
-                         expect_sha256=expect_sha256)
+    settled = await decide(store, run_id, request_id, "approved", reason=reason, by=by, args=args,
+                           expect_sha256=expect_sha256)
+    return settled.recovery
 
 
 async def deny(
@@ -95,7 +94,8 @@ async def deny(
         DecisionError, InvalidInputError, RunActiveError, RunNotFoundError,
         CorruptLogError, InvalidRunIdError, StoreError: as for `approve`.
     """
-    return await _decide(store, run_id, request_id, "denied", reason=reason, by=by, expect_sha256=expect_sha256)
+    settled = await decide(store, run_id, request_id, "denied", reason=reason, by=by, expect_sha256=expect_sha256)
+    return settled.recovery
 
 
 async def answer(
@@ -129,12 +129,10 @@ async def answer(
         InvalidInputError: a blank `reason` or `by` (nothing is read or written).
         RunActiveError, RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
-    if not isinstance(text, str):
-        raise DecisionError(run_id, request_id, "the answer must be text")
-    return await _decide(store, run_id, request_id, "answered", reason=reason, by=by, answer=text)
+    return (await decide(store, run_id, request_id, "answered", reason=reason, by=by, answer=text)).recovery
 
 
-async def _decide(
+async def decide(
     store: Store,
     run_id: str,
     request_id: str,
@@ -145,7 +143,12 @@ async def _decide(
     args: dict[str, Any] | None = None,
     answer: str | None = None,
     expect_sha256: str | None = None,
-) -> Recovery:
+) -> Settled:
+    """`approve`, `deny` or `answer` by kind; the `Settled` also gives inspect's report without a second read."""
+    if args is not None and not isinstance(args, dict):
+        raise DecisionError(run_id, request_id, f"edited arguments must be a JSON object, not {type(args).__name__}")
+    if kind == "answered" and not isinstance(answer, str):
+        raise DecisionError(run_id, request_id, "the answer must be text")
     check_run_id(run_id)
     said(reason, REASON, required=kind != "answered")
     who = settled_by(by)
@@ -157,7 +160,8 @@ async def _decide(
     if Decision not in capabilities_of(store).writes:
         raise StoreError("the store cannot write decision records (log format 1.2): it lacks write_decision",
                          run_id=run_id)
-    async with walked(store, run_id) as walker:
+
+    def make(walker: Walker) -> Decision:
         r = _open_request(walker, run_id, request_id, kind)
         if expect_sha256 is not None and expect_sha256.lower() != r.request.args_sha256:
             raise DecisionError(
@@ -166,7 +170,7 @@ async def _decide(
                 "(`polyloop inspect`)",
             )
         edited = representable(args) if args is not None else None  # as the log will hold them
-        record = Decision(
+        return Decision(
             id=request_id,
             decision=kind,
             by=representable(who),
@@ -176,8 +180,8 @@ async def _decide(
             args=edited,
             answer=representable(answer) if answer is not None else None,
         )
-        return await write_settlement(store.write_decision,  # type: ignore[attr-defined]
-                                       walker, run_id, record, "decision")
+
+    return await settle(store, run_id, make, store.write_decision, "decision")  # type: ignore[attr-defined]
 
 
 def _open_request(walker: Walker, run_id: str, request_id: str, kind: DecisionKind) -> Any:

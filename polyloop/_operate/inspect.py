@@ -1,4 +1,4 @@
-"""Operator tools over a run's log: inspecting it and settling unknown executions."""
+"""Inspecting a run's log: what it says, and what resume would do next."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from .._run.artifacts import ProductCheck
 from .._recovery.walker import Execution, Recovery, Walker
-from .._log.errors import CheckpointError, CorruptLogError, Problem, ResolutionError
+from .._log.errors import CheckpointError, CorruptLogError, Problem
 from .._log.ids import check_run_id
-from .._run.hold import maybe_await, walk_off_loop, walked, write_settlement
+from .._run.hold import maybe_await, walk_off_loop
 from .._recovery.plan import (
     AlertStop,
     AwaitDecision,
@@ -24,9 +24,8 @@ from .._recovery.plan import (
     waits_for,
 )
 from .outlook import outlook
-from .._log.records import CheckpointAccepted, Record, Resolution, representable
+from .._log.records import CheckpointAccepted, Record
 from .._log.store_port import Store, capabilities_of
-from .._log.who import REASON, said, settled_by
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
 
@@ -329,9 +328,20 @@ async def inspect_run(store: Store, run_id: str, *, validity: bool = False) -> R
             return _corrupt(run_id, (), exc.problems, holder)
         walker = await walk_off_loop(records, run_id)
         problems = list(walker.problems)
-    recovery = None if problems else await _recovery_off_loop(walker)
-    if problems or recovery is None:
-        return _corrupt(run_id, records, problems or [Problem("the log has no records", rule=1)], holder, torn_line)
+    if problems:
+        return _corrupt(run_id, records, problems, holder, torn_line)
+    return await report_of(store, run_id, records, walker, holder=holder, torn_line=torn_line, validity=validity)
+
+
+async def report_of(
+    store: Store, run_id: str, records: tuple[Record, ...], walker: Walker, *,
+    holder: str | None = None, torn_line: int | None = None, validity: bool = False,
+) -> RunReport:
+    """The `RunReport` of a log already read and walked (`inspect_run` without reading it again)."""
+    recovery = None if walker.problems else await _recovery_off_loop(walker)
+    if walker.problems or recovery is None:
+        problems = list(walker.problems) or [Problem("the log has no records", rule=1)]
+        return _corrupt(run_id, records, problems, holder, torn_line)
     nxt = plan(walker)
     status, reason = _status(recovery, nxt, holder)
     seen = await outlook(store, walker, nxt, stopped=status in ("resumable", "needs_operator"), validity=validity)
@@ -410,91 +420,3 @@ def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, st
             f"the model call of step {nxt.step} failed ({failed}); resume tries it again"
         )
     return "resumable", "the run stopped before finishing (crash or interruption)"
-
-
-async def mark_resolved(
-    store: Store,
-    run_id: str,
-    result_id: str,
-    *,
-    executed: bool,
-    observation: str | None = None,
-    reason: str | None = None,
-    by: str | None = None,
-) -> Recovery:
-    """Settle an unknown action, an alert or an unknown rollback with a durable `resolution` record.
-
-    For an unknown action: `executed=True` means it did happen (resume
-    reuses `observation` as its result); `executed=False` means it did not
-    (resume runs it again as a new attempt, with the same idempotency key).
-    For an alert (a failed verification nothing undid, log format 1.1):
-    `executed=True` means the effect stands (the model reads `observation`);
-    `executed=False` means it has no effect (the model is told so; the
-    action is not run again). For an unknown rollback: `executed=True`
-    means it undid the action; `executed=False` that it did not (resume
-    runs the rollback again).
-
-    Args:
-        store: where the run lives.
-        run_id: the run.
-        result_id: the id of what waits (`waiting` of `polyloop inspect --json`).
-        executed: the operator's verdict.
-        observation: what the action produced (only with `executed=True`).
-        reason: why the operator decided so; refused when given but blank
-            (empty, or only whitespace and control characters).
-        by: who decided; defaults to the OS user and host, `user@host`;
-            refused when given but blank.
-
-    Returns:
-        The run's `Recovery` after the resolution.
-
-    Raises:
-        ResolutionError: `result_id` is not an unknown action, an alert or
-            an unknown rollback of the run waiting for a person.
-        InvalidInputError: a blank `reason` or `by` (nothing is read or written).
-        RunActiveError: a live process holds the run.
-        RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
-    """
-    if not executed and observation is not None:
-        raise ResolutionError(run_id, result_id, "an observation goes only with --executed")
-    check_run_id(run_id)
-    said(reason, REASON)
-    who = settled_by(by)
-    async with walked(store, run_id) as walker:
-        _check_open_unknown(walker, run_id, result_id)
-        record = Resolution(
-            result_id=result_id,
-            outcome="executed" if executed else "not_executed",
-            observation=representable(observation or "") if executed else None,
-            by=who,
-            reason=reason,
-        )
-        return await write_settlement(store.write_resolution, walker, run_id, record, "resolution")
-
-
-def _check_open_unknown(walker: Walker, run_id: str, result_id: str) -> None:
-    """Raise `ResolutionError` unless `result_id` is an unknown, unresolved action of the run."""
-    if walker.finished is not None:
-        raise ResolutionError(run_id, result_id, "the run has finished")
-    recovery = walker.recovery()
-    assert recovery is not None
-    e = recovery.execution(result_id)
-    if e is None and recovery.request_of(result_id) is not None:
-        raise ResolutionError(
-            run_id, result_id, "it is a tool call that waits for a person's decision, not an unknown action: "
-            "use `polyloop approve`, `deny` or (for a question) `answer`",
-        )
-    if e is None:
-        ids = ", ".join(x.result_id for x in recovery.executions if x.state == "unknown") or "none"
-        raise ResolutionError(run_id, result_id, f"no such execution (unknown ones: {ids})")
-    if e.kind == "model_call":
-        raise ResolutionError(
-            run_id, result_id, "it is a model call; resume re-issues unknown model calls by itself"
-        )
-    if e.state == "alert":
-        if all(b is not e for b in recovery.blocking):
-            waits = recovery.blocking[0].result_id if recovery.blocking else None
-            why = f"settle its unknown rollback {waits} first" if waits else "resume runs its rollback first"
-            raise ResolutionError(run_id, result_id, why)
-    elif e.state != "unknown":
-        raise ResolutionError(run_id, result_id, f"its state is {e.state}, not unknown or alert")

@@ -6,8 +6,9 @@ Decide once (`polyloop._recovery.plan.plan`), render many times: `inspect`,
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
+
+from .._log import commands
 
 from .moves import (
     AbortAction,
@@ -55,25 +56,25 @@ def describe(nxt: Next, run_id: str) -> str:
         return f"nothing: the run finished ({nxt.reason})"
     if isinstance(nxt, NeedsOperator):
         e = nxt.executions[0]
-        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        settle = commands.mark_resolved(run_id, e.result_id, executed=True)
         if e.kind == "rollback":
             return (
                 f"stop: the outcome of the rollback of {e.tool} ({e.result_id}, step {e.step}) is "
-                f"unknown and a rollback is never repeated silently; settle it with `{settle} "
-                "--executed` (it undid the action) or `--not-executed` (run it again)"
+                f"unknown and a rollback is never repeated silently; settle it with `{settle}` "
+                "(it undid the action) or `--not-executed` (run it again)"
             )
         return (
             f"stop: the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown and "
-            f"the tool is `never` replay; settle it with `{settle} --executed` or `--not-executed`"
+            f"the tool is `never` replay; settle it with `{settle}` or `--not-executed`"
         )
     if isinstance(nxt, AlertStop):
         e = nxt.executions[0]
-        settle = f"polyloop mark-resolved {shlex.quote(run_id)} {shlex.quote(e.result_id)}"
+        settle = commands.mark_resolved(run_id, e.result_id, executed=True)
         ver = e.verification
         why = ver.reason if ver is not None and ver.reason else "it returned False"
         return (
             f"stop: the verification of {e.tool} ({e.result_id}, step {e.step}) failed ({why}) and "
-            f"nothing undid it; check the world, then settle it with `{settle} --executed` "
+            f"nothing undid it; check the world, then settle it with `{settle}` "
             "(the effect stands) or `--not-executed` (it has no effect)"
         )
     if isinstance(nxt, StepCalls):
@@ -89,7 +90,7 @@ def describe(nxt: Next, run_id: str) -> str:
     if isinstance(nxt, CrashLoopStop):
         return (
             f"stop: {crash_loop_reason(nxt)}; find out why, then lift the stop with "
-            f"`polyloop resume {shlex.quote(run_id)} --accept-crash-loop --reason TEXT`"
+            f"`{commands.accept_crash_loop(run_id)}`"
         )
     return _describe_work(nxt)
 
@@ -157,15 +158,14 @@ def _describe_work(nxt: Next) -> str:
 
 def waits_for(r: Any, run_id: str) -> str:
     """What one waiting request needs, with the exact commands (quoted for a shell)."""
-    rid, run = shlex.quote(r.result_id), shlex.quote(run_id)
     if r.kind == "answer":
         question = r.args.get("question", "")
         return (
             f"{r.tool} ({r.result_id}, step {r.step}) asks a person: {question!r}; answer it with "
-            f"`polyloop answer {run} {rid} TEXT`, then resume"
+            f"`{commands.answer(run_id, r.result_id)}`, then resume"
         )
     why = f" ({r.request.reason})" if r.request.reason else ""
     return (
         f"{r.tool} ({r.result_id}, step {r.step}) waits for approval{why}; decide with "
-        f"`polyloop approve {run} {rid} --reason TEXT` or `polyloop deny {run} {rid} --reason TEXT`, then resume"
+        f"`{commands.approve(run_id, r.result_id)}` or `{commands.deny(run_id, r.result_id)}`, then resume"
     )

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._recovery.on_artifacts import product_path
+from .._log import commands
 from .._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
 from .._log.ids import check_product_name
 from .._log.records import Artifact
@@ -193,7 +193,7 @@ def product_refusal(
     message = (
         f"run {run_id!r} {when}: {bad[0].sentence()}{more}{lacks}. Continuing on other data than "
         "the run recorded could mix old and new products; start over under a new run id, or accept the "
-        f"change on the record with `polyloop resume {shlex.quote(run_id)} --accept-changes --reason TEXT`"
+        f"change on the record with `{commands.accept_changes(run_id)}`"
     )
     return CheckpointError(run_id, message, [c.difference() for c in bad])
 

@@ -7,6 +7,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import sys
+from copy import copy as copy_of
 from pathlib import Path
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -133,6 +134,7 @@ async def run_target(
     max_steps: int | None = None,
     agent: Agent | None = None,
     inputs: Mapping[str, Any] | None = None,
+    on_alert: Callable[[dict[str, Any]], Any] | None = None,
 ) -> RunResult:
     """Start a new run of the agent at `target`, recording the target for resume.
 
@@ -145,6 +147,9 @@ async def run_target(
         agent: the agent `load_target(target)` already returned, so a factory
             target is not called twice.
         inputs: what the run depends on, `{name: path or bytes}` (see `Agent.run`).
+        on_alert: also told of every alert this run raises, after the
+            agent's own `on_alert` is (the same dict; see `Agent`), e.g. to
+            show it to a person; the log is not read again for it.
 
     Raises:
         RunExistsError: the run id already has a log (use `resume_run`).
@@ -153,7 +158,7 @@ async def run_target(
     """
     if agent is None:
         agent = load_target(target)
-    return await agent.run(
+    return await watched(agent, on_alert).run(
         goal,
         run_id=run_id,
         store=store,
@@ -174,6 +179,7 @@ async def resume_run(
     accept_crash_loop: bool = False,
     reason: str | None = None,
     by: str | None = None,
+    on_alert: Callable[[dict[str, Any]], Any] | None = None,
 ) -> RunResult:
     """Continue a run, re-importing the agent target recorded when it started.
 
@@ -198,6 +204,8 @@ async def resume_run(
             (`crash_loop_accepted`); needs `reason`.
         reason: why (written with an acceptance).
         by: who accepts (and who resumed); default `user@host`.
+        on_alert: also told of every alert this resume raises or finds
+            unsettled, as `run_target`'s.
 
     Raises:
         RunNotFoundError: the run id has no log.
@@ -231,5 +239,23 @@ async def resume_run(
                 f"run {run_id!r} was started from Python without a target; resume it by "
                 "calling Agent.run with the same run id",
             )
-        agent = load_target(target)
+        agent = watched(load_target(target), on_alert)
         return await _Run(agent, store, walker, resume).go()
+
+
+def watched(agent: Agent, on_alert: Callable[[dict[str, Any]], Any] | None) -> Agent:
+    """`agent`, or a copy of it whose `on_alert` also tells `on_alert` (the agent itself is not changed)."""
+    if on_alert is None:
+        return agent
+    own = agent.on_alert
+
+    async def both(event: dict[str, Any]) -> None:
+        on_alert(event)
+        if own is not None:
+            value = own(event)
+            if inspect.isawaitable(value):
+                await value
+
+    copy = copy_of(agent)
+    copy.on_alert = both
+    return copy

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .._log import commands
 from .._log.errors import CheckpointError, InvalidInputError
 from .._files import NotRegularFileError, open_regular
 
@@ -302,12 +302,11 @@ def explain(d: dict[str, Any]) -> str:
 
 def refusal(run_id: str, diffs: list[dict[str, Any]]) -> CheckpointError:
     """The `CheckpointError` that refuses a resume, naming every difference and the two ways forward."""
-    rid = shlex.quote(run_id)
     message = (
         f"run {run_id!r} cannot resume: its checkpoint is no longer valid: "
         + "; ".join(explain(d) for d in diffs)
         + ". Either start over under a new run id, or accept the changes on the record with "
-        f"`polyloop resume {rid} --accept-changes --reason TEXT` "
+        f"`{commands.accept_changes(run_id)}` "
         "(Python: accept_changes=True, reason=...)"
     )
     return CheckpointError(run_id, message, diffs)

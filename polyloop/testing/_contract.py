@@ -20,7 +20,7 @@ from .._run.agent import Agent
 from .._recovery.walker import classify
 from .._log.errors import NeedsOperatorError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._log.ids import idempotency_key
-from .._operate.inspect import mark_resolved
+from .._operate.resolve import mark_resolved
 from .._log.model_port import ScriptedModel
 from .._log.records import (
     ActionResult,

@@ -1,0 +1,23 @@
+"""What the command line uses beyond the public API: an internal face, not public API.
+
+`cli/` is an honest client of the library and imports no private module;
+what it needs that a Python user does not (the commands to paste, where a
+store spec is as a command names it, a settlement with inspect's report
+from one read of the log, the one refusal of a FIFO or device
+for a file a person names) it takes from here. Names here may change in
+any release.
+"""
+
+from __future__ import annotations
+
+from ._files import read_regular
+from ._log import commands
+from ._log.commands import Place
+from ._operate.decide import decide
+from ._operate.resolve import Settled, resolve
+from ._run.target import canonical_target
+from .stores._place import place_of
+
+__all__ = [
+    "Place", "Settled", "canonical_target", "commands", "decide", "place_of", "read_regular", "resolve",
+]
