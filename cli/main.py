@@ -54,6 +54,7 @@ Example:
 # Each command's module is imported only when that command runs (or shows its help).
 COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the one line `--help` lists)
     "run": ("run", "command", "Start a new run of an agent; prints its run id."),
+    "demo": ("demo", "command", "Run the demo agent that ships with PolyLoop (no network, no API key)."),
     "inspect": ("inspect_cmd", "command", "Show a run's steps, states, and what resume would do."),
     "ls": ("ls", "command", "List the runs of a directory: status, what waits, last activity."),
     "mark-resolved": ("mark_resolved", "command", "Settle an unknown `never` action as executed or not."),
