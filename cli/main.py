@@ -27,8 +27,8 @@ an unknown side effect: `safe` tools are replayed, `never` tools (the
 default) stop for an operator. It promises detection, not atomicity.
 
 \b
-The workflow, with the demo agent of the repository's examples/:
-  POLYLOOP_DEMO_CRASH=1 polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
+The workflow, with the demo agent that ships with PolyLoop:
+  POLYLOOP_DEMO_CRASH=1 polyloop demo --run-id demo
   # the process dies right after a side effect (as with kill -9, OOM, a reboot)
   polyloop inspect demo              # what happened; what resume would do next
   polyloop mark-resolved demo s2-a1 --executed   # settle an unknown `never` action
@@ -46,7 +46,8 @@ interrupted (the run stays resumable).
 
 \b
 Example:
-  polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
+  polyloop demo                      # the demo agent, start to finish
+  polyloop run polyloop.examples.demo:agent --run-id notes-1 --goal "write up the notes"
 """
 
 
@@ -54,6 +55,7 @@ Example:
 # Each command's module is imported only when that command runs (or shows its help).
 COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the one line `--help` lists)
     "run": ("run", "command", "Start a new run of an agent; prints its run id."),
+    "demo": ("demo", "command", "Run the demo agent that ships with PolyLoop (no network, no API key)."),
     "inspect": ("inspect_cmd", "command", "Show a run's steps, states, and what resume would do."),
     "ls": ("ls", "command", "List the runs of a directory: status, what waits, last activity."),
     "mark-resolved": ("mark_resolved", "command", "Settle an unknown `never` action as executed or not."),

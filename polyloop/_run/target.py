@@ -91,7 +91,7 @@ def _import_file(target: str, where: str) -> Any:
     except NotRegularFileError as exc:
         raise TargetError(target, f"{where} is {exc.kind}, not a regular file") from None
     except OSError:
-        raise TargetError(target, f"no file {where}") from None
+        raise TargetError(target, f"no file {where}{_demo_hint(path, target)}") from None
     module_name = f"_polyloop_target_{abs(hash(str(path))):x}"
     if module_name in sys.modules:
         return sys.modules[module_name]
@@ -110,6 +110,19 @@ def _import_file(target: str, where: str) -> Any:
         del sys.modules[module_name]
         raise TargetError(target, f"importing {where} raised {_raised(exc)}") from exc
     return module
+
+
+DEMO_TARGET = "polyloop.examples.demo:agent"
+
+
+def _demo_hint(path: Path, target: str) -> str:
+    """Where the demo is when the repository's `examples/demo.py` is not here (an installed PolyLoop)."""
+    if (path.parent.name, path.name) != ("examples", "demo.py"):
+        return ""
+    name = target.rpartition(":")[2]
+    instead = DEMO_TARGET if name == "agent" else f"polyloop.examples.demo:{name}"
+    return (f" (the demo ships with PolyLoop: run `polyloop demo`, or use the target {instead}; "
+            "examples/ is in the source repository only)")
 
 
 def _import_module(target: str, where: str) -> Any:

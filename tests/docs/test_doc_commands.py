@@ -58,10 +58,9 @@ NOT_RUN = {
 
 # Commands run in a shorter form: the README's first command installs, then runs the demo.
 INSTEAD = {
-    "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/polyloop run "
-    'examples/demo.py:agent --goal "write up the notes"': (
-        '.venv/bin/polyloop run examples/demo.py:agent --goal "write up the notes"',
-        "the install part is what .ci/run does",
+    "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/polyloop demo": (
+        ".venv/bin/polyloop demo",
+        "the install part is what .ci/run does (tests/packaging installs the wheel outside the repository)",
     ),
 }
 
@@ -187,7 +186,7 @@ def test_every_not_run_command_is_still_shown_somewhere() -> None:
 def test_the_readme_walkthrough_is_checked_end_to_end() -> None:
     """The newcomer's path: the README's commands are there, in the workflow's order."""
     keys = [command_key(c.text) for c in commands(ROOT / "README.md") if isinstance(c, Command)]
-    order = ["POLYLOOP_DEMO_CRASH=1 polyloop run", "polyloop inspect demo", "polyloop mark-resolved demo",
+    order = ["POLYLOOP_DEMO_CRASH=1 polyloop demo", "polyloop inspect demo", "polyloop mark-resolved demo",
              "polyloop resume demo", "polyloop verify runs/"]
     positions = [next(i for i, k in enumerate(keys) if step in k) for step in order]
     assert positions == sorted(positions), keys
