@@ -36,7 +36,7 @@ def test_polyloop_demo_takes_dir_and_says_so_in_the_next_command(tmp_path: Path)
     done = _polyloop(tmp_path, "demo", "--run-id", "d1", "--dir", "elsewhere", "--goal", "notes please")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "elsewhere" / "d1.jsonl").exists()
-    assert "POLYLOOP_DEMO_CRASH=1 polyloop demo --dir elsewhere" in done.stderr
+    assert f"POLYLOOP_DEMO_CRASH=1 polyloop demo --dir {tmp_path / 'elsewhere'}" in done.stderr
     again = _polyloop(tmp_path, "demo", "--run-id", "d1", "--dir", "elsewhere")
     assert again.returncode == 2 and "polyloop resume d1" in again.stderr
 
