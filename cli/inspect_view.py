@@ -186,7 +186,7 @@ def inspect_report(
     if rec is not None:
         _checkpoint_lines(console, report)
     if report.artifacts:
-        _products(console, report)
+        _artifacts(console, report)
     if report.problems:
         console.print()
         say(console, ("problems", "bold red"))
@@ -291,7 +291,7 @@ def _people(console: Console, rec: Any) -> None:
         say(console, *parts)
 
 
-def _products(console: Console, report: RunReport) -> None:
+def _artifacts(console: Console, report: RunReport) -> None:
     """The run's products and the judgement on each (a few; --json lists all)."""
     console.print()
     say(console, ("products", "bold"))

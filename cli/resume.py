@@ -86,14 +86,14 @@ def command(
         scope.directory = where = options.where(directory, store_url)
         options.utf8(reason, "--reason")
         options.utf8(by, "--by")
-        resume = Resume(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
+        resume = ResumeAsked(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
         result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines()))
         run_view.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
 
 
 @dataclass(frozen=True, slots=True)
-class Resume:
+class ResumeAsked:
     """What the command line asks of this resume besides the run id."""
 
     inputs: dict[str, str] | None
@@ -103,7 +103,7 @@ class Resume:
     by: str | None
 
 
-async def _resume(where: str, run_id: str, asked: Resume, on_alert: alerts.AlertLines) -> RunResult:
+async def _resume(where: str, run_id: str, asked: ResumeAsked, on_alert: alerts.AlertLines) -> RunResult:
     async with open_store(where) as store:
         return await resume_run(
             run_id,

@@ -11,7 +11,7 @@ record one indivisible act.
 
 from ._run.agent import Agent, default_directory
 from ._run.result import RunResult
-from ._run.artifacts import ArtifactRef, Artifacts, ProductCheck
+from ._run.artifacts import ArtifactCheck, ArtifactRef, Artifacts
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
@@ -79,6 +79,10 @@ from .stores import JsonlStore
 
 __version__ = "0.1.0"
 
+
+#: The earlier name of `ArtifactCheck`, kept so existing imports keep working.
+ProductCheck = ArtifactCheck
+
 __all__ = [
     "ActionResult",
     "Agent",
@@ -86,6 +90,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalRequiredError",
     "Artifact",
+    "ArtifactCheck",
     "ArtifactError",
     "ArtifactRef",
     "ArtifactStore",

@@ -33,7 +33,7 @@ def check_run_id(run_id: object) -> str:
     return run_id
 
 
-def check_product_name(name: object) -> str:
+def check_artifact_name(name: object) -> str:
     """Return `name` if it is a safe product name, else raise `InvalidInputError`.
 
     The rules of `check_run_id`: `[A-Za-z0-9._-]+`, not starting with a dot

@@ -204,7 +204,7 @@ class ParsingStore(Protocol):
 class ArtifactStore(Protocol):
     """A store that keeps the intermediate products of runs (optional capability, log format 1.2).
 
-    Products are addressed by run id and name (a safe file name, as
+    Artifacts are addressed by run id and name (a safe file name, as
     `polyloop.check_run_id` defines it); the library writes the reference
     (`write_artifact`) only after `put_product` returned. Without this
     capability a tool's `ctx.artifacts.write` fails with a `StoreError`

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._run.artifacts import ProductCheck
+from .._run.artifacts import ArtifactCheck
 from .._recovery.walker import Execution, Recovery, Walker
 from .._log.errors import CheckpointError, CorruptLogError, Problem
 from .._log.ids import check_run_id
@@ -72,7 +72,7 @@ class RunReport:
     holder: str | None = None
     torn_line: int | None = None
     validity: dict[str, Any] | None = None
-    artifacts: tuple[ProductCheck, ...] = ()
+    artifacts: tuple[ArtifactCheck, ...] = ()
     refusal: CheckpointError | None = None
 
     @property
@@ -91,8 +91,8 @@ class RunReport:
             return []
         requests = [_waiting_request(r, self.run_id) for r in rec.waiting_requests()]
         if not rec.blocking and not requests:
-            nxt = plan(rec)
-            return [_crash_loop_waiting(self.run_id, nxt)] if isinstance(nxt, CrashLoopStop) else []
+            planned = plan(rec)
+            return [_crash_loop_waiting(self.run_id, planned)] if isinstance(planned, CrashLoopStop) else []
         return [_waiting(e) for e in rec.blocking] + requests
 
     def __repr__(self) -> str:
@@ -342,9 +342,9 @@ async def report_of(
     if walker.problems or recovery is None:
         problems = list(walker.problems) or [Problem("the log has no records", rule=1)]
         return _corrupt(run_id, records, problems, holder, torn_line)
-    nxt = plan(walker)
-    status, reason = _status(recovery, nxt, holder)
-    seen = await outlook(store, walker, nxt, stopped=status in ("resumable", "needs_operator"), validity=validity)
+    planned = plan(walker)
+    status, reason = _status(recovery, planned, holder)
+    seen = await outlook(store, walker, planned, stopped=status in ("resumable", "needs_operator"), validity=validity)
     next_action = seen.next
     if seen.bad:  # what resume refuses first
         reason = f"the checkpoint is no longer valid: {seen.bad[0].sentence()}"
@@ -392,31 +392,31 @@ def _corrupt(
     )
 
 
-def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, str]:
-    if isinstance(nxt, Finished):
-        return "finished", nxt.reason
+def _status(rec: Recovery, planned: Next, holder: str | None) -> tuple[RunStatus, str]:
+    if isinstance(planned, Finished):
+        return "finished", planned.reason
     if holder is not None:
         return "active", f"the run is in progress, held by {holder}"
-    if isinstance(nxt, AlertStop):
-        return "needs_operator", _waiting(nxt.executions[0])["reason"]
-    if isinstance(nxt, AwaitDecision):
-        r = nxt.requests[0]
+    if isinstance(planned, AlertStop):
+        return "needs_operator", _waiting(planned.executions[0])["reason"]
+    if isinstance(planned, AwaitDecision):
+        r = planned.requests[0]
         what = f"asks a person: {r.args.get('question', '')!r}" if r.kind == "answer" else "waits for approval"
-        more = f" (and {len(nxt.requests) - 1} more)" if len(nxt.requests) > 1 else ""
+        more = f" (and {len(planned.requests) - 1} more)" if len(planned.requests) > 1 else ""
         return "needs_operator", f"{r.tool} ({r.result_id}, step {r.step}) {what}{more}"
-    if isinstance(nxt, CrashLoopStop):
-        return "needs_operator", crash_loop_reason(nxt)
-    if isinstance(nxt, NeedsOperator) and nxt.executions[0].kind == "rollback":
-        return "needs_operator", _waiting(nxt.executions[0])["reason"]
-    if isinstance(nxt, NeedsOperator):
-        e = nxt.executions[0]
+    if isinstance(planned, CrashLoopStop):
+        return "needs_operator", crash_loop_reason(planned)
+    if isinstance(planned, NeedsOperator) and planned.executions[0].kind == "rollback":
+        return "needs_operator", _waiting(planned.executions[0])["reason"]
+    if isinstance(planned, NeedsOperator):
+        e = planned.executions[0]
         return "needs_operator", (
             f"the outcome of {e.tool} ({e.result_id}) is unknown: the process stopped "
             "after its intent and before its result, and the tool is not safe to replay"
         )
-    if isinstance(nxt, CallModel) and nxt.after_failure:
-        failed = rec.steps[nxt.step - 1].model_calls[-1].error
+    if isinstance(planned, CallModel) and planned.after_failure:
+        failed = rec.steps[planned.step - 1].model_calls[-1].error
         return "resumable", (
-            f"the model call of step {nxt.step} failed ({failed}); resume tries it again"
+            f"the model call of step {planned.step} failed ({failed}); resume tries it again"
         )
     return "resumable", "the run stopped before finishing (crash or interruption)"

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
-from ..stores._products import read_product_file
+from ..stores._artifacts import read_artifact_file
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import InvalidRunIdError, RunNotFoundError, StoreError
 from .._files import NotRegularFileError, read_regular
@@ -113,7 +113,7 @@ class _Snapshot:
 
     async def get_product(self, run_id: str, name: str) -> bytes | None:
         try:
-            return read_product_file(str(self._store.product_folder(run_id)), name, _DISK.read, run_id=run_id)
+            return read_artifact_file(str(self._store.artifact_folder(run_id)), name, _DISK.read, run_id=run_id)
         except OSError:
             return None  # unreadable: missing, as `verify` counts it (a listing does not stop for one run)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._run.artifacts import ProductCheck, product_checks, product_refusal, refused_products
+from .._run.artifacts import ArtifactCheck, artifact_checks, artifact_refusal, refused_artifacts
 from .._recovery.walker import Walker
 from .._log.errors import CheckpointError, PolyLoopError
 from .._recovery.plan import Next, describe
@@ -40,12 +40,12 @@ class Outlook:
     next: str
     refusal: CheckpointError | None = None
     validity: dict[str, Any] | None = None
-    artifacts: tuple[ProductCheck, ...] = ()
-    bad: tuple[ProductCheck, ...] = ()
+    artifacts: tuple[ArtifactCheck, ...] = ()
+    bad: tuple[ArtifactCheck, ...] = ()
 
 
-async def outlook(store: Store, walker: Walker, nxt: Next, *, stopped: bool, validity: bool) -> Outlook:
-    """What resume would do with the walked log whose planned move is `nxt`.
+async def outlook(store: Store, walker: Walker, planned: Next, *, stopped: bool, validity: bool) -> Outlook:
+    """What resume would do with the walked log whose move is `planned`.
 
     `stopped`: the run is neither finished nor held by a live process (only
     then is the checkpoint judged). `validity`: also compare the inputs,
@@ -54,16 +54,16 @@ async def outlook(store: Store, walker: Walker, nxt: Next, *, stopped: bool, val
     """
     assert walker.started is not None
     run_id = walker.started.run_id
-    sentence = describe(nxt, run_id)
-    artifacts = tuple(await product_checks(store, walker))
+    sentence = describe(planned, run_id)
+    artifacts = tuple(await artifact_checks(store, walker))
     if not stopped:
         return Outlook(sentence, artifacts=artifacts)
-    bad = tuple(refused_products(artifacts, walker))
+    bad = tuple(refused_artifacts(artifacts, walker))
     verdict = checkpoint_verdict(walker) if validity else None
-    refused = product_refusal(run_id, list(bad), store) if bad else None  # resume's first check
+    refused = artifact_refusal(run_id, list(bad), store) if bad else None  # resume's first check
     if refused is None and verdict is not None and verdict["valid"] is False:
         changed = refusal(run_id, verdict["differences"])
-        if compares_checkpoint(nxt):
+        if compares_checkpoint(planned):
             refused = changed
         else:  # resume stops for the person first (exit code 3); the change refuses once settled
             sentence += f"; then resume refuses (exit code 4): {changed}"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from .._run.artifacts import ProductCheck, judge, refused_products
-from ..stores._products import NotRegularProductError, read_product_file
+from .._run.artifacts import ArtifactCheck, judge, refused_artifacts
+from ..stores._artifacts import NotRegularArtifactError, read_artifact_file
 from .._recovery.walker import Walker, walk
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import Problem, RunNotFoundError
@@ -44,7 +44,7 @@ class FileVerdict:
     run_id: str
     status: FileStatus
     problems: tuple[tuple[int | None, str], ...] = ()
-    products: tuple[ProductCheck, ...] = ()
+    products: tuple[ArtifactCheck, ...] = ()
     rules: tuple[int | None, ...] = ()
 
     def rule(self, i: int) -> int | None:
@@ -106,9 +106,9 @@ def verify_file(path: str | os.PathLike[str]) -> FileVerdict:
         return corrupt_verdict(str(p), run_id, found)
     assert walker is not None
     problems: list[tuple[int | None, str]] = []
-    products = _products(p, walker)
+    products = _artifacts(p, walker)
     # (changes a person accepted on the record are not bad)
-    bad = [(None, c.sentence()) for c in refused_products(products, walker)]
+    bad = [(None, c.sentence()) for c in refused_artifacts(products, walker)]
     if parsed.torn_line is not None:
         message = "torn tail: the last write was cut off by a crash (dropped on read)"
         problems.append((parsed.torn_line, message))
@@ -134,7 +134,7 @@ def corrupt_verdict(path: str, run_id: str, problems: Sequence[Problem]) -> File
     return FileVerdict(path, run_id, "corrupt", pairs, rules=tuple(q.rule for q in problems))
 
 
-def _products(log: Path, walker: Walker) -> tuple[ProductCheck, ...]:
+def _artifacts(log: Path, walker: Walker) -> tuple[ArtifactCheck, ...]:
     """The log's products, checked against the folder beside it (as `JsonlStore.get_product` reads them).
 
     A product that is not a regular file (a symbolic link, a FIFO), or in a
@@ -150,8 +150,8 @@ def _products(log: Path, walker: Walker) -> tuple[ProductCheck, ...]:
         data: bytes | None = None
         instead: str | None = None
         try:
-            data = read_product_file(folder, ref.name, _DISK.read)
-        except NotRegularProductError as exc:
+            data = read_artifact_file(folder, ref.name, _DISK.read)
+        except NotRegularArtifactError as exc:
             instead = exc.instead
         except OSError:
             pass

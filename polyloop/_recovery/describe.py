@@ -50,12 +50,12 @@ def crash_loop_reason(stop: CrashLoopStop) -> str:
     )
 
 
-def describe(nxt: Next, run_id: str) -> str:
+def describe(planned: Next, run_id: str) -> str:
     """One sentence: what `resume` would do next (commands quoted for a shell)."""
-    if isinstance(nxt, Finished):
-        return f"nothing: the run finished ({nxt.reason})"
-    if isinstance(nxt, NeedsOperator):
-        e = nxt.executions[0]
+    if isinstance(planned, Finished):
+        return f"nothing: the run finished ({planned.reason})"
+    if isinstance(planned, NeedsOperator):
+        e = planned.executions[0]
         settle = commands.mark_resolved(run_id, e.result_id, executed=True)
         if e.kind == "rollback":
             return (
@@ -67,8 +67,8 @@ def describe(nxt: Next, run_id: str) -> str:
             f"stop: the outcome of {e.tool} ({e.result_id}, step {e.step}) is unknown and "
             f"the tool is `never` replay; settle it with `{settle}` or `--not-executed`"
         )
-    if isinstance(nxt, AlertStop):
-        e = nxt.executions[0]
+    if isinstance(planned, AlertStop):
+        e = planned.executions[0]
         settle = commands.mark_resolved(run_id, e.result_id, executed=True)
         ver = e.verification
         why = ver.reason if ver is not None and ver.reason else "it returned False"
@@ -77,83 +77,83 @@ def describe(nxt: Next, run_id: str) -> str:
             f"nothing undid it; check the world, then settle it with `{settle}` "
             "(the effect stands) or `--not-executed` (it has no effect)"
         )
-    if isinstance(nxt, StepCalls):
-        todo = nxt.pending
+    if isinstance(planned, StepCalls):
+        todo = planned.pending
         if not todo:
-            return f"complete step {nxt.step} with the outcomes of its {len(nxt.moves)} tool calls and continue"
-        return f"step {nxt.step} ({len(nxt.moves)} tool calls): " + "; ".join(describe(m, run_id) for m in todo)
-    if isinstance(nxt, AwaitDecision):
-        return "stop: " + "; ".join(waits_for(r, run_id) for r in nxt.requests)
-    if isinstance(nxt, Decided):
-        how = "the denial" if nxt.is_error else "the recorded answer"
-        return f"complete step {nxt.step} with {how} ({nxt.tool}, {nxt.request_id}) and continue"
-    if isinstance(nxt, CrashLoopStop):
+            return f"complete step {planned.step} with the outcomes of its {len(planned.moves)} tool calls and continue"
+        return f"step {planned.step} ({len(planned.moves)} tool calls): " + "; ".join(describe(m, run_id) for m in todo)
+    if isinstance(planned, AwaitDecision):
+        return "stop: " + "; ".join(waits_for(r, run_id) for r in planned.requests)
+    if isinstance(planned, Decided):
+        how = "the denial" if planned.is_error else "the recorded answer"
+        return f"complete step {planned.step} with {how} ({planned.tool}, {planned.request_id}) and continue"
+    if isinstance(planned, CrashLoopStop):
         return (
-            f"stop: {crash_loop_reason(nxt)}; find out why, then lift the stop with "
+            f"stop: {crash_loop_reason(planned)}; find out why, then lift the stop with "
             f"`{commands.accept_crash_loop(run_id)}`"
         )
-    return _describe_work(nxt)
+    return _describe_work(planned)
 
 
-def _describe_work(nxt: Next) -> str:
+def _describe_work(planned: Next) -> str:
     """What `describe` says of a move that is work to do (no stop, no command to print)."""
-    if isinstance(nxt, FinishToolFailures):
-        return f"finish the run: {nxt.tool} failed {nxt.failures} times in a row, its failure budget"
-    if isinstance(nxt, ContinueAction):
-        return f"check the precondition of {nxt.tool} (step {nxt.step}), then run it: it has not run yet"
-    if isinstance(nxt, AbortAction):
-        return f"record that {nxt.tool} (step {nxt.step}) did not run: its precondition failed"
-    if isinstance(nxt, Verify):
-        return f"verify {nxt.tool} (step {nxt.step}, {nxt.result_id}) by reading its target back"
-    if isinstance(nxt, Rollback):
+    if isinstance(planned, FinishToolFailures):
+        return f"finish the run: {planned.tool} failed {planned.failures} times in a row, its failure budget"
+    if isinstance(planned, ContinueAction):
+        return f"check the precondition of {planned.tool} (step {planned.step}), then run it: it has not run yet"
+    if isinstance(planned, AbortAction):
+        return f"record that {planned.tool} (step {planned.step}) did not run: its precondition failed"
+    if isinstance(planned, Verify):
+        return f"verify {planned.tool} (step {planned.step}, {planned.result_id}) by reading its target back"
+    if isinstance(planned, Rollback):
         return (
-            f"roll back {nxt.tool} (step {nxt.step}, {nxt.kind}) after its failed verification, "
-            f"as rollback attempt {nxt.attempt}"
+            f"roll back {planned.tool} (step {planned.step}, {planned.kind}) after its failed verification, "
+            f"as rollback attempt {planned.attempt}"
         )
-    if isinstance(nxt, Reconcile):
+    if isinstance(planned, Reconcile):
         return (
-            f"ask {nxt.tool}'s reconcile whether {nxt.result_id} (step {nxt.step}) happened, "
+            f"ask {planned.tool}'s reconcile whether {planned.result_id} (step {planned.step}) happened, "
             "instead of an operator"
         )
-    if isinstance(nxt, Complete):
+    if isinstance(planned, Complete):
         how = {
             "verified": "its verified result",
             "rolled_back": "the news that it was rolled back",
             "reconciled": "the observation its reconcile reported",
             "settled": "the operator's settlement",
             "returned": "what it returned",
-        }[nxt.why]
-        return f"complete step {nxt.step} with {how} ({nxt.tool}) and continue"
-    if isinstance(nxt, FinishFinal):
-        return f"record the end of the run: step {nxt.step} gave the final answer"
-    if isinstance(nxt, FinishBudget):
-        return f"finish the run: the step budget of {nxt.max_steps} is spent"
-    if isinstance(nxt, FinishAttempts):
+        }[planned.why]
+        return f"complete step {planned.step} with {how} ({planned.tool}) and continue"
+    if isinstance(planned, FinishFinal):
+        return f"record the end of the run: step {planned.step} gave the final answer"
+    if isinstance(planned, FinishBudget):
+        return f"finish the run: the step budget of {planned.max_steps} is spent"
+    if isinstance(planned, FinishAttempts):
         return (
-            f"finish the run with an error: the model call of step {nxt.step} "
-            f"failed {nxt.attempts} times"
+            f"finish the run with an error: the model call of step {planned.step} "
+            f"failed {planned.attempts} times"
         )
-    if isinstance(nxt, CallModel):
-        if nxt.attempt == 1:
-            return f"start step {nxt.step} with a model call"
-        again = "retry the failed" if nxt.after_failure else "re-issue the unanswered"
-        return f"{again} model call of step {nxt.step} as attempt {nxt.attempt}"
-    if isinstance(nxt, CompleteFinal):
-        return f"record the final answer of step {nxt.step} and finish"
-    if isinstance(nxt, ReuseResolution):
-        return f"reuse the operator's observation for {nxt.tool} (step {nxt.step}) and continue"
-    if nxt.why == "first":
-        return f"run {nxt.tool} (step {nxt.step})"
-    if nxt.why == "approved":
-        return f"run {nxt.tool} (step {nxt.step}) with the approved arguments"
-    if nxt.why == "rerun":
-        return f"run {nxt.tool} again (step {nxt.step}, attempt {nxt.attempt})"
-    if nxt.why == "reconciled":
+    if isinstance(planned, CallModel):
+        if planned.attempt == 1:
+            return f"start step {planned.step} with a model call"
+        again = "retry the failed" if planned.after_failure else "re-issue the unanswered"
+        return f"{again} model call of step {planned.step} as attempt {planned.attempt}"
+    if isinstance(planned, CompleteFinal):
+        return f"record the final answer of step {planned.step} and finish"
+    if isinstance(planned, ReuseResolution):
+        return f"reuse the operator's observation for {planned.tool} (step {planned.step}) and continue"
+    if planned.why == "first":
+        return f"run {planned.tool} (step {planned.step})"
+    if planned.why == "approved":
+        return f"run {planned.tool} (step {planned.step}) with the approved arguments"
+    if planned.why == "rerun":
+        return f"run {planned.tool} again (step {planned.step}, attempt {planned.attempt})"
+    if planned.why == "reconciled":
         return (
-            f"run {nxt.tool} again (step {nxt.step}, attempt {nxt.attempt}): its reconcile "
+            f"run {planned.tool} again (step {planned.step}, attempt {planned.attempt}): its reconcile "
             "said it did not execute"
         )
-    return f"replay the safe action {nxt.tool} (step {nxt.step}) as attempt {nxt.attempt}"
+    return f"replay the safe action {planned.tool} (step {planned.step}) as attempt {planned.attempt}"
 
 
 def waits_for(r: Any, run_id: str) -> str:

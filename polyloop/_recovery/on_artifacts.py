@@ -9,12 +9,12 @@ elsewhere (`polyloop._run.artifacts.judge`): the walker is pure.
 from __future__ import annotations
 
 from .._log.errors import InvalidInputError
-from .._log.ids import check_product_name
+from .._log.ids import check_artifact_name
 from .._log.records import Artifact
 from .state import WalkState
 
 
-def product_path(run_id: str, name: str) -> str:
+def artifact_path(run_id: str, name: str) -> str:
     """Where a product lives, relative to the store's run folder: `<run_id>.artifacts/<name>`."""
     return f"{run_id}.artifacts/{name}"
 
@@ -32,12 +32,12 @@ def apply_artifact(s: WalkState, rec: Artifact, index: int) -> tuple[int, str] |
     ):
         return 26, f"artifact {rec.name!r} names {rec.result_id}, an action that already has its outcome"
     try:
-        check_product_name(rec.name)
+        check_artifact_name(rec.name)
     except InvalidInputError as exc:
         return 27, str(exc)
     run_id = s.started.run_id if s.started is not None else ""
-    if rec.path != product_path(run_id, rec.name):
-        return 27, f"artifact {rec.name!r} has path {rec.path!r}, not {product_path(run_id, rec.name)!r}"
+    if rec.path != artifact_path(run_id, rec.name):
+        return 27, f"artifact {rec.name!r} has path {rec.path!r}, not {artifact_path(run_id, rec.name)!r}"
     s.artifacts.pop(rec.name, None)  # a later write supersedes: keep the order of latest writes
     s.artifacts[rec.name] = rec
     return None

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .artifacts import check_products
+from .artifacts import check_artifacts
 from .._recovery.walker import max_steps_of
 from .._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from .._log.ids import check_run_id, new_run_id
@@ -286,7 +286,7 @@ async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume
         if ask.max_steps is not None and ask.max_steps != recorded:
             raise RunMismatchError(run_id, "max_steps", recorded, ask.max_steps)
         if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
-            await check_products(store, walker)
+            await check_artifacts(store, walker)
         return await _Run(agent, store, walker, resume).go()
 
 

@@ -5,15 +5,15 @@ makes the bytes durable atomically (`ArtifactStore.put_product`: a temporary
 file in the same folder, write, fsync, rename, fsync of the folder), then
 the run appends an `artifact` record with the product's size and SHA-256.
 The log holds the reference, never the content. Before a resumed run does
-anything, `check_products` compares every product the run has referenced
+anything, `check_artifacts` compares every product the run has referenced
 (the latest reference per name) with what the store holds now; a missing or
 altered one refuses the resume (`CheckpointError`, exit code 4). A product
 that is no longer the regular file written (a directory, a FIFO, a symbolic
 link, even to the same bytes, or a folder that is a link) is missing: the
 run's bytes are not there. `judge` is the one judgement every reader (resume,
-`inspect`, `ls`, `verify`, `ctx.artifacts.read`) uses, `read_product_file`
-(storage: polyloop/stores/_products.py) the one way a product file is read,
-and `refused_products` the one rule of which changes refuse. See docs/how-to/keep-intermediate-products.md.
+`inspect`, `ls`, `verify`, `ctx.artifacts.read`) uses, `read_artifact_file`
+(storage: polyloop/stores/_artifacts.py) the one way a product file is read,
+and `refused_artifacts` the one rule of which changes refuse. See docs/how-to/keep-intermediate-products.md.
 """
 
 from __future__ import annotations
@@ -24,21 +24,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._recovery.on_artifacts import product_path
+from .._recovery.on_artifacts import artifact_path
 from .._log import commands
 from .._log.errors import ArtifactError, CheckpointError, PolyLoopError, StoreError
-from .._log.ids import check_product_name
+from .._log.ids import check_artifact_name
 from .._log.records import Artifact
 from .._log.store_port import Store, capabilities_of
-from ..stores._products import NotRegularProductError
+from ..stores._artifacts import NotRegularArtifactError
 
 if TYPE_CHECKING:
     from .._recovery.walker import Walker
 
-ProductState = Literal["ok", "missing", "altered", "unsettled"]
+ArtifactState = Literal["ok", "missing", "altered", "unsettled"]
 # Of those, what the checkpoint refuses (and `--accept-changes` accepts); `unsettled`
 # is refused only once the interrupted step completed, unless accepted before.
-_CHANGED: tuple[ProductState, ...] = ("missing", "altered")
+_CHANGED: tuple[ArtifactState, ...] = ("missing", "altered")
 
 # Hashing more than this moves off the event loop (other runs share it).
 _OFF_LOOP_BYTES = 1 << 20
@@ -70,7 +70,7 @@ class ArtifactRef:
 
 
 @dataclass(frozen=True, slots=True)
-class ProductCheck:
+class ArtifactCheck:
     """What a referenced product holds now, against its latest reference.
 
     `state` is `ok`, `missing` (no regular file holds the product: it is
@@ -86,7 +86,7 @@ class ProductCheck:
     """
 
     ref: Artifact
-    state: ProductState
+    state: ArtifactState
     now_size: int | None = None
     now_sha256: str | None = None
     instead: str | None = None  # what stands where the regular file was written, in words
@@ -120,20 +120,20 @@ class ProductCheck:
         )
 
 
-def judge(ref: Artifact, data: bytes | None, *, in_flight: bool = False, instead: str | None = None) -> ProductCheck:
+def judge(ref: Artifact, data: bytes | None, *, in_flight: bool = False, instead: str | None = None) -> ArtifactCheck:
     """Compare a product's bytes (None: no regular file holds them; `instead`: what does) with its reference; pure."""
     if data is None:
-        return ProductCheck(ref, "missing", instead=instead)
+        return ArtifactCheck(ref, "missing", instead=instead)
     if len(data) == ref.size:
         digest = hashlib.sha256(data).hexdigest()
         if digest == ref.sha256:
-            return ProductCheck(ref, "ok", len(data), digest)
+            return ArtifactCheck(ref, "ok", len(data), digest)
     else:
         digest = hashlib.sha256(data).hexdigest()
-    return ProductCheck(ref, "unsettled" if in_flight else "altered", len(data), digest)
+    return ArtifactCheck(ref, "unsettled" if in_flight else "altered", len(data), digest)
 
 
-async def product_checks(store: Store, walker: Walker) -> list[ProductCheck]:
+async def artifact_checks(store: Store, walker: Walker) -> list[ArtifactCheck]:
     """Every product the run references (latest reference per name), checked against the store.
 
     A store without the `ArtifactStore` capability holds none: each is `missing`.
@@ -152,7 +152,7 @@ async def product_checks(store: Store, walker: Walker) -> list[ProductCheck]:
     return checks
 
 
-def accepted_products(walker: Walker) -> set[tuple[str, str | None]]:
+def accepted_artifacts(walker: Walker) -> set[tuple[str, str | None]]:
     """`(name, sha256 now)` of every product change a `checkpoint_accepted` record accepted.
 
     A product accepted as missing (its `now` is null) is `(name, None)`.
@@ -165,27 +165,27 @@ def accepted_products(walker: Walker) -> set[tuple[str, str | None]]:
     }
 
 
-def refused_products(checks: Iterable[ProductCheck], walker: Walker, *, unsettled: bool = False) -> list[ProductCheck]:
+def refused_artifacts(checks: Iterable[ArtifactCheck], walker: Walker, *, unsettled: bool = False) -> list[ArtifactCheck]:
     """The checks that show a change of the checkpoint no `checkpoint_accepted` record covers.
 
     A change is a `missing` or `altered` product, and with `unsettled` also
     an `unsettled` one: what `--accept-changes` accepts, so one acceptance
     covers the products the resumed step only checks once it completed.
     """
-    accepted = accepted_products(walker)
+    accepted = accepted_artifacts(walker)
     states = (*_CHANGED, "unsettled") if unsettled else _CHANGED
     return [c for c in checks if c.state in states and (c.ref.name, c.now_sha256) not in accepted]
 
 
-async def bad_products(store: Store, walker: Walker, *, unsettled: bool = False) -> list[ProductCheck]:
-    """`refused_products` of the run's products now (none for a finished run: nothing will run)."""
+async def bad_artifacts(store: Store, walker: Walker, *, unsettled: bool = False) -> list[ArtifactCheck]:
+    """`refused_artifacts` of the run's products now (none for a finished run: nothing will run)."""
     if walker.finished is not None or not walker.artifacts or walker.started is None:
         return []
-    return refused_products(await product_checks(store, walker), walker, unsettled=unsettled)
+    return refused_artifacts(await artifact_checks(store, walker), walker, unsettled=unsettled)
 
 
-def product_refusal(
-    run_id: str, bad: list[ProductCheck], store: object, *, when: str = "cannot resume"
+def artifact_refusal(
+    run_id: str, bad: list[ArtifactCheck], store: object, *, when: str = "cannot resume"
 ) -> CheckpointError:
     """The `CheckpointError` that refuses a run over changed products, naming both ways forward."""
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -198,13 +198,13 @@ def product_refusal(
     return CheckpointError(run_id, message, [c.difference() for c in bad])
 
 
-async def check_products(store: Store, walker: Walker, *, when: str = "cannot resume") -> None:
+async def check_artifacts(store: Store, walker: Walker, *, when: str = "cannot resume") -> None:
     """Refuse to go on with a run whose referenced products changed and no acceptance covers it.
 
     Called before anything of a resumed run runs, and again once an
     interrupted step completed. A finished run is not checked (nothing will
     run). A product altered while an action of the open step has no
-    recorded outcome is `unsettled`, not refused (see `ProductCheck`); the
+    recorded outcome is `unsettled`, not refused (see `ArtifactCheck`); the
     run loop checks again once that step completed. Every change a
     `checkpoint_accepted` record of the run accepted is left alone.
 
@@ -217,10 +217,10 @@ async def check_products(store: Store, walker: Walker, *, when: str = "cannot re
         CheckpointError: with one `differences` entry per bad product.
         StoreError: a product cannot be read.
     """
-    bad = await bad_products(store, walker)
+    bad = await bad_artifacts(store, walker)
     if bad:
         assert walker.started is not None
-        raise product_refusal(walker.started.run_id, bad, store, when=when)
+        raise artifact_refusal(walker.started.run_id, bad, store, when=when)
 
 
 async def _get(store: Store, run_id: str, name: str) -> tuple[bytes | None, str | None]:
@@ -229,7 +229,7 @@ async def _get(store: Store, run_id: str, name: str) -> tuple[bytes | None, str 
         return None, None
     try:
         return await store.get_product(run_id, name), None
-    except NotRegularProductError as exc:
+    except NotRegularArtifactError as exc:
         return None, exc.instead
     except PolyLoopError:
         raise
@@ -307,13 +307,13 @@ class Artifacts:
     async def awrite(self, name: str, data: bytes | str) -> ArtifactRef:
         """`write` for async tools."""
         run = self._bound()
-        check_product_name(name)
+        check_artifact_name(name)
         content = as_bytes(data)
         store = run.store
         if not capabilities_of(store).artifacts:
             raise StoreError(f"cannot store product {name!r}: {_lacks(store)}", run_id=run.run_id)
         digest = hashlib.sha256(content).hexdigest()
-        path = product_path(run.run_id, name)
+        path = artifact_path(run.run_id, name)
         assert self._lock is not None
         async with self._lock:  # one product write of this action at a time: records stay in order
             try:
@@ -332,14 +332,14 @@ class Artifacts:
     async def aread(self, name: str) -> bytes:
         """`read` for async tools."""
         run = self._bound()
-        check_product_name(name)
+        check_artifact_name(name)
         ref = run.walker.artifacts.get(name)
         if ref is None:
             raise ArtifactError(run.run_id, name, f"run {run.run_id!r} has no product {name!r}")
         data, instead = await _get(run.store, run.run_id, name)
         check = judge(ref, data, instead=instead)
         # Bytes a person accepted on the record (`--accept-changes`) are read as they are now.
-        if data is None or refused_products([check], run.walker):
+        if data is None or refused_artifacts([check], run.walker):
             raise ArtifactError(run.run_id, name, f"cannot read: {check.sentence()}")
         return data
 

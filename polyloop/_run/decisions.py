@@ -40,7 +40,7 @@ def check_recorded(run: RunPort) -> None:
             raise RunMismatchError(run.run_id, f"approval of tool {t.name!r}", w.approvals.get(t.name), given)
 
 
-def request_for(run: RunPort, tool: Tool, nxt: RunAction) -> ApprovalRequest | None:
+def request_for(run: RunPort, tool: Tool, planned: RunAction) -> ApprovalRequest | None:
     """The request to record when this call waits for a person (None: it need not wait).
 
     The run loop writes it (durable) before anything of the call runs and
@@ -55,19 +55,19 @@ def request_for(run: RunPort, tool: Tool, nxt: RunAction) -> ApprovalRequest | N
     if wants == "question":
         kind, reason = "answer", "the model asks a person"
     else:
-        why = tool.needs_approval(nxt.args, approve_irreversible=run.agent.approve_irreversible)
+        why = tool.needs_approval(planned.args, approve_irreversible=run.agent.approve_irreversible)
         if why is None:
             return None
         kind, reason = "approval", why
-    args: dict[str, Any] = nxt.args
+    args: dict[str, Any] = planned.args
     return ApprovalRequest(
-        result_id=derive_result_id("action", nxt.step, 1, nxt.call),  # the approved call's first intent's id
-        step=nxt.step,
+        result_id=derive_result_id("action", planned.step, 1, planned.call),  # the approved call's first intent's id
+        step=planned.step,
         kind=kind,
         tool=tool.name,
         args=args,
         args_sha256=args_digest(args),
-        idempotency_key=idempotency_key(run.run_id, nxt.step, tool.name, args, nxt.call),
+        idempotency_key=idempotency_key(run.run_id, planned.step, tool.name, args, planned.call),
         reason=reason,
-        call=nxt.call,
+        call=planned.call,
     )

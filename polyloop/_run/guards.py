@@ -29,31 +29,31 @@ if TYPE_CHECKING:
     from .run_port import RunPort
 
 
-async def carry_out(run: RunPort, nxt: Any, history: _History) -> None:
+async def carry_out(run: RunPort, planned: Any, history: _History) -> None:
     """Do one guard verdict of the planner."""
-    if isinstance(nxt, Complete):
-        await run.complete(nxt.step, nxt.result_id, nxt.observation, nxt.is_error, nxt.tool, history)
+    if isinstance(planned, Complete):
+        await run.complete(planned.step, planned.result_id, planned.observation, planned.is_error, planned.tool, history)
         return
-    if isinstance(nxt, AbortAction):
-        text = f"error: {nxt.tool} did not run: its precondition failed: {nxt.reason}"
-        await run.complete(nxt.step, nxt.result_id, text, True, nxt.tool, history)
+    if isinstance(planned, AbortAction):
+        text = f"error: {planned.tool} did not run: its precondition failed: {planned.reason}"
+        await run.complete(planned.step, planned.result_id, text, True, planned.tool, history)
         return
-    tool = run.tools.get(nxt.tool)
+    tool = run.tools.get(planned.tool)
     if tool is None:
-        raise RunMismatchError(run.run_id, "tools", nxt.tool, sorted(run.tools))
-    action = run.walker.execution(nxt.action_id if isinstance(nxt, Rollback) else nxt.result_id)
+        raise RunMismatchError(run.run_id, "tools", planned.tool, sorted(run.tools))
+    action = run.walker.execution(planned.action_id if isinstance(planned, Rollback) else planned.result_id)
     intent = action.intent
     assert intent.args is not None and intent.idempotency_key is not None
-    ctx = ToolContext(run.run_id, nxt.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
-    if isinstance(nxt, ContinueAction):
+    ctx = ToolContext(run.run_id, planned.step, intent.attempt, intent.result_id, intent.idempotency_key, intent.call)
+    if isinstance(planned, ContinueAction):
         ctx = dataclasses.replace(ctx, artifacts=Artifacts(run, intent.result_id))  # the tool runs: it may keep products
         await run.execute(tool, ctx, intent.args, history)
-    elif isinstance(nxt, Verify):
-        await _verify(run, tool, ctx, intent.args, nxt.observation)
-    elif isinstance(nxt, Rollback):
-        await _rollback(run, tool, nxt, intent, action)
+    elif isinstance(planned, Verify):
+        await _verify(run, tool, ctx, intent.args, planned.observation)
+    elif isinstance(planned, Rollback):
+        await _rollback(run, tool, planned, intent, action)
     else:
-        assert isinstance(nxt, Reconcile)
+        assert isinstance(planned, Reconcile)
         await _reconcile(run, tool, ctx, intent.args)
 
 
@@ -68,20 +68,20 @@ async def _verify(run: RunPort, tool: Tool, ctx: ToolContext, args: dict[str, An
         await _alert(run, "verification_failed", tool, ctx, args, reason, kind)
 
 
-async def _rollback(run: RunPort, tool: Tool, nxt: Rollback, intent: Intent, action: Any) -> None:
+async def _rollback(run: RunPort, tool: Tool, planned: Rollback, intent: Intent, action: Any) -> None:
     assert tool.guards.rollback is not None and intent.idempotency_key is not None
     await redeliver(run, action)
-    rid = result_id("rollback", nxt.step, nxt.attempt, intent.call)
+    rid = result_id("rollback", planned.step, planned.attempt, intent.call)
     key = rollback_key(intent.idempotency_key)
     # Its own durable intent: a crash inside the rollback leaves an unknown
     # rollback that stops for an operator, never a silent repeat.
     await run.write(
-        Intent(kind="rollback", step=nxt.step, attempt=nxt.attempt, result_id=rid, tool=tool.name,
+        Intent(kind="rollback", step=planned.step, attempt=planned.attempt, result_id=rid, tool=tool.name,
                args=intent.args, replay="never", idempotency_key=key, call=intent.call)
     )
     returned = action.returned.observation if action.returned is not None else (
         action.reconciled.observation if action.reconciled is not None else "")
-    ctx = ToolContext(run.run_id, nxt.step, nxt.attempt, rid, key, intent.call)
+    ctx = ToolContext(run.run_id, planned.step, planned.attempt, rid, key, intent.call)
     done = asyncio.ensure_future(_undo(tool.guards.rollback, intent.args, returned, ctx))
     cancelled = False
     while True:
@@ -103,7 +103,7 @@ async def _rollback(run: RunPort, tool: Tool, nxt: Rollback, intent: Intent, act
     if cancelled:
         raise asyncio.CancelledError()
     if failed:
-        await _alert(run, "rollback_failed", tool, ctx, intent.args or {}, observation, nxt.kind)
+        await _alert(run, "rollback_failed", tool, ctx, intent.args or {}, observation, planned.kind)
 
 
 async def _undo(fn: Any, args: Any, returned: str, ctx: ToolContext) -> tuple[str, bool]:

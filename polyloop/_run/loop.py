@@ -54,7 +54,7 @@ from .._recovery.plan import (
     StepCalls,
     plan,
 )
-from .artifacts import Artifacts, check_products
+from .artifacts import Artifacts, check_artifacts
 from .._log.records import (
     ActionResult,
     ApprovalRequest,
@@ -115,7 +115,7 @@ class _Run:
         # Resumed with an action in flight: a product it may have replaced is only `unsettled`
         # (see polyloop._run.artifacts); once its step completes, every product is checked again
         # (leaving alone what a `checkpoint_accepted` record accepted, also this resume's).
-        self.recheck_products = bool(walker.artifacts) and bool(walker.in_flight())
+        self.recheck_artifacts = bool(walker.artifacts) and bool(walker.in_flight())
         self._writers = writers_of(store, can)  # None where the store lacks the capability
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
@@ -131,42 +131,42 @@ class _Run:
         self.walker.go_live()
         history = rebuild_history(self.walker)
         while True:
-            nxt = plan(self.walker)
-            if isinstance(nxt, CallModel):
-                await self._call_model(nxt, history)
-            elif isinstance(nxt, RunAction):
-                await self._act(nxt, history)
-            elif isinstance(nxt, ReuseResolution):
-                await self.complete(nxt.step, nxt.result_id, nxt.observation, False, nxt.tool, history)
-            elif isinstance(nxt, CompleteFinal):
-                await self.write(StepCompleted(step=nxt.step, result_id=None, observation=None))
-            elif isinstance(nxt, FinishFinal):
-                return await self._finish("final_answer", nxt.text)
-            elif isinstance(nxt, FinishBudget):
+            planned = plan(self.walker)
+            if isinstance(planned, CallModel):
+                await self._call_model(planned, history)
+            elif isinstance(planned, RunAction):
+                await self._act(planned, history)
+            elif isinstance(planned, ReuseResolution):
+                await self.complete(planned.step, planned.result_id, planned.observation, False, planned.tool, history)
+            elif isinstance(planned, CompleteFinal):
+                await self.write(StepCompleted(step=planned.step, result_id=None, observation=None))
+            elif isinstance(planned, FinishFinal):
+                return await self._finish("final_answer", planned.text)
+            elif isinstance(planned, FinishBudget):
                 return await self._finish("max_steps", None)
-            elif isinstance(nxt, FinishAttempts):
-                error = f"the model call of step {nxt.step} failed {nxt.attempts} times"
+            elif isinstance(planned, FinishAttempts):
+                error = f"the model call of step {planned.step} failed {planned.attempts} times"
                 return await self._finish("error", None, error=error)
-            elif isinstance(nxt, FinishToolFailures):
-                error = f"tool {nxt.tool!r} failed {nxt.failures} times in a row (its failure budget)"
+            elif isinstance(planned, FinishToolFailures):
+                error = f"tool {planned.tool!r} failed {planned.failures} times in a row (its failure budget)"
                 return await self._finish("tool_failures", None, error=error)
-            elif isinstance(nxt, NeedsOperator):
-                raise NeedsOperatorError(self.run_id, nxt.executions)
-            elif isinstance(nxt, AwaitDecision):
-                raise ApprovalRequiredError(self.run_id, nxt.requests)
-            elif isinstance(nxt, Decided):
-                await self.complete(nxt.step, None, nxt.observation, nxt.is_error, nxt.tool, history)
-            elif isinstance(nxt, AlertStop):
-                for e in nxt.executions:
+            elif isinstance(planned, NeedsOperator):
+                raise NeedsOperatorError(self.run_id, planned.executions)
+            elif isinstance(planned, AwaitDecision):
+                raise ApprovalRequiredError(self.run_id, planned.requests)
+            elif isinstance(planned, Decided):
+                await self.complete(planned.step, None, planned.observation, planned.is_error, planned.tool, history)
+            elif isinstance(planned, AlertStop):
+                for e in planned.executions:
                     if e.kind == "action":
                         await redeliver(self, self.walker.execution(e.result_id))
-                raise AlertError(self.run_id, nxt.executions)
-            elif isinstance(nxt, StepCalls):
-                await self._calls(nxt, history)
-            elif isinstance(nxt, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
-                await self._guarded(nxt, history)
+                raise AlertError(self.run_id, planned.executions)
+            elif isinstance(planned, StepCalls):
+                await self._calls(planned, history)
+            elif isinstance(planned, (ContinueAction, AbortAction, Verify, Rollback, Reconcile, Complete)):
+                await self._guarded(planned, history)
             else:
-                assert isinstance(nxt, Finished), nxt  # CrashLoopStop: a resume's, never a live plan
+                assert isinstance(planned, Finished), planned  # CrashLoopStop: a resume's, never a live plan
                 return self._recorded_result()
 
     def _recorded_result(self) -> RunResult:
@@ -189,9 +189,9 @@ class _Run:
             )
         await self._stored(writer(self.run_id, record), (record,))
         if isinstance(record, StepCompleted):
-            if self.recheck_products:
-                self.recheck_products = False
-                await check_products(self.store, self.walker, when=f"stops after step {record.step}")
+            if self.recheck_artifacts:
+                self.recheck_artifacts = False
+                await check_artifacts(self.store, self.walker, when=f"stops after step {record.step}")
             self.walker.forget_done()
 
     async def _stored(self, write: Any, records: Sequence[Record]) -> None:
@@ -207,8 +207,8 @@ class _Run:
                 problem = self.walker.problems[-1]
                 raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
-    async def _call_model(self, nxt: CallModel, history: _History) -> None:
-        step, attempt = nxt.step, nxt.attempt
+    async def _call_model(self, planned: CallModel, history: _History) -> None:
+        step, attempt = planned.step, planned.attempt
         rid = f"s{step}-m{attempt}"
         await self.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
         try:
@@ -232,55 +232,55 @@ class _Run:
         await self.write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
         history.append(assistant_turn(out, rid, self.walker.minor >= 2))
 
-    async def _act(self, nxt: RunAction, history: _History) -> None:
-        prepared = self._prepare(nxt)
+    async def _act(self, planned: RunAction, history: _History) -> None:
+        prepared = self._prepare(planned)
         if isinstance(prepared, str):
-            await self.complete(nxt.step, None, prepared, True, nxt.tool, history)
+            await self.complete(planned.step, None, prepared, True, planned.tool, history)
             return
         if isinstance(prepared, ApprovalRequest):
             await self.write(prepared)  # durable before the run says it waits (planner: AwaitDecision)
             return
         tool, intent = prepared
         await self.write(intent)
-        await self.execute(tool, _context(self, intent), nxt.args, history)
+        await self.execute(tool, _context(self, intent), planned.args, history)
 
-    def _prepare(self, nxt: RunAction) -> tuple[Tool, Intent] | ApprovalRequest | str:
+    def _prepare(self, planned: RunAction) -> tuple[Tool, Intent] | ApprovalRequest | str:
         """The tool and intent of an action; or the request to write when the call waits for a
         person; or the error observation that refuses it before any intent."""
-        tool = self.tools.get(nxt.tool)
+        tool = self.tools.get(planned.tool)
         if tool is None:
-            if nxt.attempt > 1:
-                raise RunMismatchError(self.run_id, "tools", nxt.tool, sorted(self.tools))
+            if planned.attempt > 1:
+                raise RunMismatchError(self.run_id, "tools", planned.tool, sorted(self.tools))
             known = ", ".join(sorted(self.tools)) or "none"
-            return f"error: unknown tool {nxt.tool!r}; available tools: {known}"
-        invalid = tool.check_args(nxt.args) if nxt.attempt == 1 else None
+            return f"error: unknown tool {planned.tool!r}; available tools: {known}"
+        invalid = tool.check_args(planned.args) if planned.attempt == 1 else None
         if invalid is not None:
             # Checked before the intent: arguments that do not fit the tool's
             # schema never reach it; the model reads why and may try again.
             return f"error: {invalid}"
-        if nxt.why == "first":
-            request = request_for(self, tool, nxt)
+        if planned.why == "first":
+            request = request_for(self, tool, planned)
             if request is not None:
                 return request  # the call waits for a person: nothing of it runs
-        approved = self.walker.request_of(result_id("action", nxt.step, 1, nxt.call))
+        approved = self.walker.request_of(result_id("action", planned.step, 1, planned.call))
         # An approved call keeps the key of the call that was approved, edited or not.
         key = approved.idempotency_key if approved is not None else idempotency_key(
-            self.run_id, nxt.step, nxt.tool, nxt.args, nxt.call)
+            self.run_id, planned.step, planned.tool, planned.args, planned.call)
         return tool, Intent(
             kind="action",
-            step=nxt.step,
-            attempt=nxt.attempt,
-            result_id=result_id("action", nxt.step, nxt.attempt, nxt.call),
-            tool=nxt.tool,
-            args=nxt.args,
+            step=planned.step,
+            attempt=planned.attempt,
+            result_id=result_id("action", planned.step, planned.attempt, planned.call),
+            tool=planned.tool,
+            args=planned.args,
             replay=tool.replay,
             idempotency_key=key,
-            call=nxt.call,
+            call=planned.call,
         )
 
     # -- a step of several tool calls (log format 1.2) ----------------------------------
 
-    async def _calls(self, nxt: StepCalls, history: _History) -> None:
+    async def _calls(self, planned: StepCalls, history: _History) -> None:
         """Do every call's pending move of a step of several tool calls, or complete the step.
 
         When any call of the step waits for a person, its request is recorded
@@ -294,10 +294,10 @@ class _Run:
         the result and says what is left: a verification, a rollback, or
         completing the step.
         """
-        step = nxt.step
+        step = planned.step
         work: list[tuple[Any, Tool | None, Intent | None]] = []
         requests: list[ApprovalRequest] = []
-        for k, move in enumerate(nxt.moves, start=1):
+        for k, move in enumerate(planned.moves, start=1):
             if (step, k) in self.refused or not isinstance(move, _PENDING):
                 continue
             if isinstance(move, RunAction):
@@ -315,7 +315,7 @@ class _Run:
                 await self.write(request)
             return  # none of the step's calls runs: the planner now says AwaitDecision
         if not work:
-            await self._complete_calls(nxt, history)
+            await self._complete_calls(planned, history)
             return
         intents = [intent for _, _, intent in work if intent is not None]
         if intents:
@@ -348,11 +348,11 @@ class _Run:
         async with self._writing:
             await self._stored(self._write_intents(self.run_id, intents), intents)
 
-    async def _complete_calls(self, nxt: StepCalls, history: _History) -> None:
+    async def _complete_calls(self, planned: StepCalls, history: _History) -> None:
         """Every call's outcome is known: complete the step with all of them, in the calls' order."""
-        step = nxt.step
+        step = planned.step
         outcomes: list[dict[str, Any]] = []
-        for k, move in enumerate(nxt.moves, start=1):
+        for k, move in enumerate(planned.moves, start=1):
             refused = self.refused.pop((step, k), None)
             if refused is not None:
                 outcomes.append({"result_id": None, "tool": move.tool, "observation": _storable(refused), "is_error": True})
@@ -401,8 +401,8 @@ class _Run:
             return
         await self.complete(step, rid, observation, is_error, tool.name, history)
 
-    async def _guarded(self, nxt: Any, history: _History) -> None:
-        await carry_out(self, nxt, history)
+    async def _guarded(self, planned: Any, history: _History) -> None:
+        await carry_out(self, planned, history)
 
     async def complete(
         self, step: int, rid: str | None, observation: str, is_error: bool, tool: str, history: _History

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .artifacts import bad_products
+from .artifacts import bad_artifacts
 from .._log.errors import CrashLoopError, InvalidInputError
 from .._recovery.plan import AlertStop, AwaitDecision, CrashLoopStop, Finished, NeedsOperator, Next, describe, plan
 from .._log.records import CheckpointAccepted, CrashLoopAccepted, Resumed
@@ -50,8 +50,8 @@ class Resume:
 
     async def open(self, run: RunPort) -> None:
         walker = run.walker
-        nxt = plan(walker)
-        if not compares_checkpoint(nxt):
+        planned = plan(walker)
+        if not compares_checkpoint(planned):
             return  # nothing runs: the loop reports it as before
         assert walker.started is not None
         by = settled_by(self.by)
@@ -60,17 +60,17 @@ class Resume:
             # Every change present now, also a product the interrupted step may have
             # replaced (`unsettled`, checked again once that step completed): one
             # acceptance covers them all, and the check after the step honours it.
-            bad = await bad_products(run.store, walker, unsettled=True)
+            bad = await bad_artifacts(run.store, walker, unsettled=True)
             diffs += [c.difference() for c in bad]
         if diffs:
             if not self.accept_changes:
                 raise refusal(run.run_id, diffs)
             await run.write(CheckpointAccepted(differences=diffs, reason=self.reason or "", by=by))
-        if isinstance(nxt, CrashLoopStop):
+        if isinstance(planned, CrashLoopStop):
             if not self.accept_crash_loop:
-                tool = getattr(nxt.execution, "tool", None)
-                raise CrashLoopError(run.run_id, nxt.resumes, nxt.limit, nxt.step, tool)
-            await run.write(CrashLoopAccepted(resumes=nxt.resumes, reason=self.reason or "", by=by))
+                tool = getattr(planned.execution, "tool", None)
+                raise CrashLoopError(run.run_id, planned.resumes, planned.limit, planned.step, tool)
+            await run.write(CrashLoopAccepted(resumes=planned.resumes, reason=self.reason or "", by=by))
         if walker.minor >= 2 and Resumed in capabilities_of(run.store).writes:
             await run.write(Resumed(by=by))
         walker.go_live()
@@ -78,11 +78,11 @@ class Resume:
             self.on_resume(describe(plan(walker), run.run_id))
 
 
-def compares_checkpoint(nxt: Next) -> bool:
-    """Whether resume compares the checkpoint before `nxt` (not for a finished run or a stop for a person).
+def compares_checkpoint(planned: Next) -> bool:
+    """Whether resume compares the checkpoint before `planned` (not for a finished run or a stop for a person).
 
     The one rule `Resume.open` follows and `polyloop._operate.outlook` reports: a
     stop runs nothing, so it is reported as the stop (exit code 3) even when
     the checkpoint changed; the comparison refuses once it is settled.
     """
-    return not isinstance(nxt, (Finished, NeedsOperator, AlertStop, AwaitDecision))
+    return not isinstance(planned, (Finished, NeedsOperator, AlertStop, AwaitDecision))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .agent import Agent
-from .artifacts import check_products
+from .artifacts import check_artifacts
 from .._log.errors import NeedsOperatorError, PolyLoopError, TargetError
 from .._files import NotRegularFileError, check_regular, read_regular
 from .._log.ids import check_run_id
@@ -236,14 +236,14 @@ async def resume_run(
     resume = Resume(inputs, accept_changes, accept_crash_loop, reason, by, on_resume)
     resume.check()
     async with walked(store, run_id) as walker:
-        nxt = plan(walker)
-        if isinstance(nxt, Finished) and walker.finished is not None:
+        planned = plan(walker)
+        if isinstance(planned, Finished) and walker.finished is not None:
             f = walker.finished
             return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
         if not resume.accept_changes:  # accepted changes are weighed by Resume.open
-            await check_products(store, walker)
-        if isinstance(nxt, NeedsOperator):
-            raise NeedsOperatorError(run_id, nxt.executions)
+            await check_artifacts(store, walker)
+        if isinstance(planned, NeedsOperator):
+            raise NeedsOperatorError(run_id, planned.executions)
         assert walker.started is not None
         target = walker.started.target
         if not target:

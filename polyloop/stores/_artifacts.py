@@ -1,9 +1,9 @@
-"""Products (log format 1.2) on disk: `JsonlStore`'s product methods and the reading of a product file.
+"""Artifacts (log format 1.2) on disk: `JsonlStore`'s product methods and the reading of a product file.
 
-`read_product_file` is the one way a product file is read (by
+`read_artifact_file` is the one way a product file is read (by
 `JsonlStore.get_product`, `ls`, `verify`): it never follows a symbolic link
-and never opens a FIFO or a device. `NotRegularProductError` says what stands
-where the product was written. `Products` is a mixin of `JsonlStore`
+and never opens a FIFO or a device. `NotRegularArtifactError` says what stands
+where the product was written. `ArtifactFiles` is a mixin of `JsonlStore`
 (polyloop/stores/_jsonl.py), which owns the state it uses (declared below).
 """
 
@@ -21,16 +21,16 @@ from typing import Any
 
 from .._files import kind_of
 from .._log.errors import StoreError
-from .._log.ids import check_product_name, check_run_id
+from .._log.ids import check_artifact_name, check_run_id
 from ._disk import SAFE, Disk, why
 from ._lockfile import alive
 
 
-class NotRegularProductError(StoreError):
+class NotRegularArtifactError(StoreError):
     """`get_product` found something other than the regular file a product was written as.
 
     A `StoreError` for callers of `get_product`; the product checks read it
-    as a `missing` product (`ProductCheck.instead` says what is there).
+    as a `missing` product (`ArtifactCheck.instead` says what is there).
     """
 
     def __init__(self, message: str, *, instead: str, run_id: str | None = None) -> None:
@@ -38,7 +38,7 @@ class NotRegularProductError(StoreError):
         super().__init__(message, run_id=run_id)
 
 
-def read_product_file(folder: str, name: str, read: Callable[[str], bytes], *, run_id: str = "") -> bytes | None:
+def read_artifact_file(folder: str, name: str, read: Callable[[str], bytes], *, run_id: str = "") -> bytes | None:
     """The bytes of product `name` in the run's product folder; None when it does not exist.
 
     The one check of what stands where a product was written. Never follows
@@ -48,7 +48,7 @@ def read_product_file(folder: str, name: str, read: Callable[[str], bytes], *, r
     refuses whatever takes their place in between.
 
     Raises:
-        NotRegularProductError: the folder is not a directory, or the
+        NotRegularArtifactError: the folder is not a directory, or the
             product is not a regular file (a directory, a FIFO, a link...).
         OSError: it cannot be read.
     """
@@ -74,15 +74,15 @@ def read_product_file(folder: str, name: str, read: Callable[[str], bytes], *, r
         raise _not_regular(path, mode, folder=False, run_id=run_id) from None  # replaced since the lstat
 
 
-def _not_regular(path: str, mode: int, *, folder: bool, run_id: str) -> NotRegularProductError:
+def _not_regular(path: str, mode: int, *, folder: bool, run_id: str) -> NotRegularArtifactError:
     instead = (
         f"its folder is {kind_of(mode)}, not a directory" if folder
         else f"{kind_of(mode)} is in its place, not the regular file written"
     )
-    return NotRegularProductError(f"cannot read product {path}: {instead}", instead=instead, run_id=run_id)
+    return NotRegularArtifactError(f"cannot read product {path}: {instead}", instead=instead, run_id=run_id)
 
 
-class Products:
+class ArtifactFiles:
     """The products of `JsonlStore` (a mixin: the store owns the state and the disk threads)."""
 
     directory: Path
@@ -92,7 +92,7 @@ class Products:
     _folders_synced: set[str]
     _hand_off: Callable[[Callable[[], Any]], Any]
 
-    def product_folder(self, run_id: str) -> Path:
+    def artifact_folder(self, run_id: str) -> Path:
         """Where the run's products live: `<directory>/<run_id>.artifacts/`."""
         return self.directory / f"{check_run_id(run_id)}.artifacts"
 
@@ -110,7 +110,7 @@ class Products:
             StoreError: the product could not be written (it is then the old one or absent).
         """
         check_run_id(run_id)
-        check_product_name(name)
+        check_artifact_name(name)
         content = bytes(data)
         await self._hand_off(lambda: self._put(run_id, name, content))
 
@@ -118,13 +118,13 @@ class Products:
         """The product's bytes, or None when it does not exist; never follows a symbolic link.
 
         Raises:
-            NotRegularProductError: (a `StoreError`) it (or its folder) is not
+            NotRegularArtifactError: (a `StoreError`) it (or its folder) is not
                 a regular file (directory) but, say, a symbolic link or a FIFO;
                 the product checks count it as missing.
             StoreError: it cannot be read.
         """
         check_run_id(run_id)
-        check_product_name(name)
+        check_artifact_name(name)
         return await self._hand_off(lambda: self._get(run_id, name))
 
     def _put(self, run_id: str, name: str, data: bytes) -> None:
@@ -133,7 +133,7 @@ class Products:
         final = os.path.join(folder, name)
         try:
             self._make_folder(folder)
-            self._sweep_stale_products(folder, name)
+            self._sweep_stale_artifacts(folder, name)
             tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
             fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | SAFE, 0o644)
         except OSError as exc:
@@ -169,7 +169,7 @@ class Products:
             self._disk.fsync_dir(self._dir)
             self._folders_synced.add(folder)
 
-    def _sweep_stale_products(self, folder: str, name: str) -> None:
+    def _sweep_stale_artifacts(self, folder: str, name: str) -> None:
         # A crash during a write leaves `.<name>.<pid>.<rand>.tmp`; remove
         # those whose writer is dead (a live one may be mid-write).
         pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
@@ -182,7 +182,7 @@ class Products:
     def _get(self, run_id: str, name: str) -> bytes | None:
         folder = f"{self._prefix}{run_id}.artifacts"
         try:
-            return read_product_file(folder, name, self._disk.read, run_id=run_id)
+            return read_artifact_file(folder, name, self._disk.read, run_id=run_id)
         except OSError as exc:
             path = os.path.join(folder, name)
             raise StoreError(f"cannot read product {path}: {exc.strerror or exc}", run_id=run_id) from exc

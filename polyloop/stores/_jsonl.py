@@ -18,7 +18,7 @@ the disk threads.
 
 Every file-system call goes through the store's `Disk` (the fault-injection
 seam, see `_disk.py`). The writes are in `_jsonl_write.py`, the products in
-`_products.py` (mixins of the store, which owns their state); this module
+`_artifacts.py` (mixins of the store, which owns their state); this module
 holds the state, the reads and the run lock. Only regular files directly in the directory are
 logs: a symbolic link is never followed, a FIFO or device never opened in a
 way that could block.
@@ -46,14 +46,14 @@ from ._disk import Disk, not_regular_problem, why
 from ._jsonl_write import Appends, OpenLog, drop_syncers, safe_id
 from ._lockfile import clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
-from ._products import Products
+from ._artifacts import ArtifactFiles
 from ._url import directory as url_directory
 from ._workers import DiskWorkers
 
 T = TypeVar("T")
 
 
-class JsonlStore(Appends, Products):
+class JsonlStore(Appends, ArtifactFiles):
     """Run logs as `<directory>/<run_id>.jsonl`, one JSON record per line.
 
     The embedded default store. Safe for many concurrent runs in one event

@@ -3,7 +3,7 @@
 A mixin of `JsonlStore` (polyloop/stores/_jsonl.py), which owns the state it
 uses (declared below) and documents the durability rules; split out so each
 module stays one concern: this one writes, `_jsonl.py` reads and holds runs,
-`_products.py` keeps products.
+`_artifacts.py` keeps products.
 """
 
 from __future__ import annotations

@@ -319,7 +319,7 @@ async def approval_records_round_trip(factory: StoreFactory) -> None:
 
 
 async def products_round_trip(factory: StoreFactory) -> None:
-    """Products read back exactly, per run and name, and a later put replaces the earlier one.
+    """ArtifactFiles read back exactly, per run and name, and a later put replaces the earlier one.
 
     Only for a store that offers the `ArtifactStore` capability (log format
     1.2); without it a tool's `ctx.artifacts.write` fails with a clear

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 from .._log.errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
-from .._log.ids import check_product_name, check_run_id
+from .._log.ids import check_artifact_name, check_run_id
 from .._log.records import Record, RunStarted, encode
 from .._log.store_port import EVERY_WRITE, Capabilities
 from ..stores._writes import RecordWrites
@@ -29,7 +29,7 @@ class MemoryStore(RecordWrites):
     def __init__(self) -> None:
         self._logs: dict[str, list[bytes]] = {}
         self._held: set[str] = set()
-        self._products: dict[tuple[str, str], bytes] = {}
+        self._artifacts: dict[tuple[str, str], bytes] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._logs)} runs)"
@@ -61,10 +61,10 @@ class MemoryStore(RecordWrites):
         self._lines(run_id).extend([encode(r) for r in records])
 
     async def put_product(self, run_id: str, name: str, data: bytes) -> None:
-        self._products[(check_run_id(run_id), check_product_name(name))] = bytes(data)
+        self._artifacts[(check_run_id(run_id), check_artifact_name(name))] = bytes(data)
 
     async def get_product(self, run_id: str, name: str) -> bytes | None:
-        return self._products.get((check_run_id(run_id), check_product_name(name)))
+        return self._artifacts.get((check_run_id(run_id), check_artifact_name(name)))
 
     async def read_log(self, run_id: str) -> list[Record]:
         parsed = parse_log(self.raw(run_id))

@@ -1,4 +1,4 @@
-"""Products through the CLI: resume refuses an altered or missing product (exit 4), inspect and verify list them."""
+"""ArtifactFiles through the CLI: resume refuses an altered or missing product (exit 4), inspect and verify list them."""
 
 from __future__ import annotations
 

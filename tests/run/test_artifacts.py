@@ -341,7 +341,7 @@ def test_verify_does_not_report_a_product_change_accepted_on_the_record(tmp_path
 def test_an_acceptance_covers_exactly_the_state_it_saw():
     from types import SimpleNamespace
 
-    from polyloop._run.artifacts import judge, refused_products
+    from polyloop._run.artifacts import judge, refused_artifacts
     from polyloop._log.records import CheckpointAccepted
 
     ref = Artifact(result_id="s1-a1", name="x", path="r.artifacts/x", size=1, sha256=sha(b"x"))
@@ -352,15 +352,15 @@ def test_an_acceptance_covers_exactly_the_state_it_saw():
         "missing", "missing", "altered", "ok", "unsettled"
     )
     nothing = SimpleNamespace(accepted=[])
-    assert refused_products([gone, fifo, other, same, unsettled], nothing) == [gone, fifo, other]
-    assert refused_products([unsettled], nothing, unsettled=True) == [unsettled]
+    assert refused_artifacts([gone, fifo, other, same, unsettled], nothing) == [gone, fifo, other]
+    assert refused_artifacts([unsettled], nothing, unsettled=True) == [unsettled]
     # Accepted as missing: absent or not a regular file is covered, bytes that come back are a new change.
     walker = SimpleNamespace(accepted=[CheckpointAccepted(differences=[gone.difference()], reason="r", by="me")])
-    assert refused_products([gone, fifo, other], walker) == [other]
+    assert refused_artifacts([gone, fifo, other], walker) == [other]
     # Accepted at some bytes: those bytes, not others, nor its absence.
     walker = SimpleNamespace(accepted=[CheckpointAccepted(differences=[other.difference()], reason="r", by="me")])
-    assert refused_products([other, later, gone], walker) == [later, gone]
-    assert refused_products([unsettled], walker, unsettled=True) == []
+    assert refused_artifacts([other, later, gone], walker) == [later, gone]
+    assert refused_artifacts([unsettled], walker, unsettled=True) == []
 
 
 def test_a_product_that_is_no_longer_a_regular_file_is_a_change_in_the_python_api_too(tmp_path):

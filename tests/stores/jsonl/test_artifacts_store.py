@@ -187,7 +187,7 @@ async def test_a_dead_writers_temp_file_is_swept_by_the_next_write_of_its_name(t
 
 
 async def test_what_stands_in_a_products_place_is_named_not_followed(tmp_path):
-    from polyloop.stores._products import NotRegularProductError
+    from polyloop.stores._artifacts import NotRegularArtifactError
 
     store = JsonlStore(tmp_path)
     await store.put_product("r", "x", b"x")
@@ -195,18 +195,18 @@ async def test_what_stands_in_a_products_place_is_named_not_followed(tmp_path):
     os.unlink(tmp_path / "r.artifacts" / "x")
     os.symlink(tmp_path / "same", tmp_path / "r.artifacts" / "x")  # even to the very bytes written
     (tmp_path / "r.artifacts" / "d").mkdir()
-    with pytest.raises(NotRegularProductError) as link:
+    with pytest.raises(NotRegularArtifactError) as link:
         await store.get_product("r", "x")
     with pytest.raises(StoreError) as folder:  # a StoreError, as before, for callers of get_product
         await store.get_product("r", "d")
     assert link.value.instead == "a symbolic link is in its place, not the regular file written"
-    assert isinstance(folder.value, NotRegularProductError)
+    assert isinstance(folder.value, NotRegularArtifactError)
     assert folder.value.instead == "a directory is in its place, not the regular file written"
     await store.aclose()
 
 
 def test_a_product_replaced_by_a_fifo_between_the_look_and_the_read_is_named_not_opened(tmp_path):
-    from polyloop.stores._products import NotRegularProductError, read_product_file
+    from polyloop.stores._artifacts import NotRegularArtifactError, read_artifact_file
     from polyloop.stores._disk import Disk
 
     (tmp_path / "x").write_bytes(b"x")
@@ -216,8 +216,8 @@ def test_a_product_replaced_by_a_fifo_between_the_look_and_the_read_is_named_not
         os.mkfifo(path)  # a blocking open would wait for a writer forever
         return Disk().read(path)
 
-    with pytest.raises(NotRegularProductError) as fifo:
-        read_product_file(str(tmp_path), "x", swapped_then_read)
+    with pytest.raises(NotRegularArtifactError) as fifo:
+        read_artifact_file(str(tmp_path), "x", swapped_then_read)
     assert fifo.value.instead == "a FIFO is in its place, not the regular file written"
-    assert read_product_file(str(tmp_path), "gone", Disk().read) is None
-    assert read_product_file(str(tmp_path / "no-folder"), "x", Disk().read) is None
+    assert read_artifact_file(str(tmp_path), "gone", Disk().read) is None
+    assert read_artifact_file(str(tmp_path / "no-folder"), "x", Disk().read) is None
