@@ -46,6 +46,7 @@ from ._log.errors import (
 from ._log.ids import check_run_id, new_run_id
 from ._operate.inspect import RunReport, inspect_run, mark_resolved
 from ._operate.ls import RunSummary, list_runs
+from ._operate.watch import WatchEvent, watch_run
 from ._log.model_port import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._log.records import (
     SCHEMA_VERSION,
@@ -150,6 +151,7 @@ __all__ = [
     "TransientModelError",
     "Usage",
     "VerifyReport",
+    "WatchEvent",
     "answer",
     "approve",
     "ask_human",
@@ -174,6 +176,7 @@ __all__ = [
     "unknown",
     "verify_file",
     "verify_logs",
+    "watch_run",
 ]
 
 # Re-exported names report their public home, as httpx does.
