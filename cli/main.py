@@ -70,6 +70,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "resume": ("resume", "command", "Continue a run after a crash."),
     "watch": ("watch", "command", "Follow a run live until it finishes or stops."),
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
+    "doctor": ("doctor", "command", "Check the store can keep runs (and an agent imports)."),
     "batch": ("batch", "command", "Run an agent once per line of a goals file; re-run to resume."),
     "submit": ("submit", "command", "Queue a run on a PostgreSQL store for the workers."),
     "worker": ("worker", "command", "Claim queued runs from a PostgreSQL store and run them."),

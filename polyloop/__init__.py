@@ -47,6 +47,7 @@ from ._log.ids import check_run_id, new_run_id
 from ._operate.inspect import RunReport, inspect_run, mark_resolved
 from ._operate.ls import RunSummary, list_runs
 from ._operate.watch import WatchEvent, watch_run
+from ._operate.doctor import DoctorCheck, doctor
 from ._log.model_port import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._log.records import (
     SCHEMA_VERSION,
@@ -102,6 +103,7 @@ __all__ = [
     "CrashLoopError",
     "Decision",
     "DecisionError",
+    "DoctorCheck",
     "Execution",
     "FileVerdict",
     "GuardCheck",
@@ -161,6 +163,7 @@ __all__ = [
     "decode_record",
     "default_directory",
     "deny",
+    "doctor",
     "encode_record",
     "executed",
     "inspect_run",
