@@ -43,6 +43,10 @@ def _tokens(usage: Any) -> str:
     return f"  ({usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens)"
 
 
+def _quoted(value: object) -> str:
+    return f"'{clip(value, SHOWN)}'"
+
+
 def _model_answer(r: ModelCallResult) -> tuple[str, str]:
     if r.error:
         return "model call failed", f"{r.result_id}: {clip(r.error, 200)}"
@@ -51,7 +55,7 @@ def _model_answer(r: ModelCallResult) -> tuple[str, str]:
     if calls:
         names = ", ".join(clip(str(c.get("name")), 40) for c in calls)
         return "model answered", f"{r.result_id}: calls {names}{_tokens(r.usage)}"
-    return "model answered", f"{r.result_id}: {clip(output.get('text') or '', SHOWN)!r}{_tokens(r.usage)}"
+    return "model answered", f"{r.result_id}: {_quoted(output.get('text') or '')}{_tokens(r.usage)}"
 
 
 def _intent(r: Intent) -> tuple[str, str]:
@@ -66,11 +70,11 @@ def _intent(r: Intent) -> tuple[str, str]:
 def _step(r: StepCompleted) -> tuple[str, str]:
     if r.calls:
         errors = sum(1 for c in r.calls if c.get("is_error"))
-        return "step done", f"{len(r.calls)} tool calls" + (f", {errors} failed" if errors else "")
+        return "completed", f"{len(r.calls)} tool calls" + (f", {errors} failed" if errors else "")
     if r.result_id is None:
-        return "step done", "final answer" if r.observation is None else clip(r.observation, SHOWN)
+        return "completed", "final answer" if r.observation is None else _quoted(r.observation)
     state = "failed" if r.is_error else "done"
-    return "step done", f"{r.result_id} {state}: {clip(r.observation or '', SHOWN)!r}"
+    return "completed", f"{r.result_id} {state}: {_quoted(r.observation or '')}"
 
 
 def describe(record: Record, step: int | None = None) -> tuple[str | None, str, str]:
@@ -78,8 +82,8 @@ def describe(record: Record, step: int | None = None) -> tuple[str | None, str, 
     step = step if step is not None else getattr(record, "step", None)
     shown = None if step is None else f"step {step}"
     if isinstance(record, RunStarted):
-        target = f" ({clip(record.target, 80)})" if record.target else ""
-        return None, "started", f"goal {clip(record.goal, 120)!r}{target}"
+        target = f" ({clip(record.target, 200)})" if record.target else ""
+        return None, "started", f"goal '{clip(record.goal, 120)}'{target}"
     if isinstance(record, Intent):
         return (shown, *_intent(record))
     if isinstance(record, ModelCallResult):
@@ -88,7 +92,7 @@ def describe(record: Record, step: int | None = None) -> tuple[str | None, str, 
         return (shown, *_step(record))
     if isinstance(record, ActionResult):
         state = "failed" if record.is_error else "done"
-        return shown, f"result {state}", f"{record.result_id}: {clip(record.observation, SHOWN)!r}"
+        return shown, f"result {state}", f"{record.result_id}: {_quoted(record.observation)}"
     if isinstance(record, ApprovalRequest):
         what = "asks a person" if record.kind == "answer" else "waits for approval"
         return shown, what, f"{record.result_id} {clip(record.tool, 40)}({clip(compact(record.args), 80)})"
@@ -118,7 +122,7 @@ def event_line(event: WatchEvent) -> Text | None:
         if step:
             text.append(f"{step}  ", style="bold")
         style = "bold red" if "failed" in what else "yellow" if "waits" in what or "asks" in what else "green"
-        text.append(what, style=style if what in ("finished", "step done") or style != "green" else "")
+        text.append(what, style=style if what in ("finished", "completed") or style != "green" else "")
         if detail:
             text.append("  ")
             text.append_text(safe(detail))

@@ -23,7 +23,7 @@ def test_a_pipe_gets_each_step_as_it_lands_before_the_run_ends(cli, tmp_path):
                 assert f"step {step}" in in_flight and "in flight [safe]" in in_flight
                 assert run.poll() is None  # seen while the run waits at its gate
                 open_gate(gate, step)
-                done = lines.until("step done")
+                done = lines.until("completed")
                 assert f"s{step}-a1 done: 'gate {step} opened'" in done
             assert "final_answer after 4 steps" in lines.until("finished")
             assert "run gated finished: final_answer" in lines.until("run gated")

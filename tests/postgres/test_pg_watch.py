@@ -25,7 +25,7 @@ def test_a_pipe_follows_a_postgresql_run_row_by_row(pg_url, tmp_path):
                 assert "in flight [safe]" in lines.until(f"s{step}-a1 gated")
                 assert run.poll() is None  # seen while the run waits at its gate
                 open_gate(gate, step)
-                assert f"'gate {step} opened'" in lines.until("step done")
+                assert f"'gate {step} opened'" in lines.until("completed")
             lines.until("finished")
             assert run.wait(timeout=60) == 0
         assert "run pg-gated finished: final_answer" in lines.until("run pg-gated")
