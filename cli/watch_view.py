@@ -162,7 +162,10 @@ class LiveView:
     def show(self, event: WatchEvent) -> None:
         if event.kind in ("held", "released"):
             self._holder = event.holder if event.kind == "held" else None
-        self._in_flight = event.in_flight if event.kind == "record" else self._in_flight
+        if event.kind == "record":
+            self._in_flight = event.in_flight
+        elif event.kind == "released":
+            self._in_flight = ()  # nothing is under way any more: the ending says what is unknown
         line = event_line(event)
         if line is not None:
             if len(self._lines) == self.ROWS:

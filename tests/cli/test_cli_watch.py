@@ -114,3 +114,19 @@ def test_inspect_follow_is_watch(cli):
     done = cli("inspect", "f", "--follow")
     assert done.code == 0, done
     assert done.stdout.splitlines()[-1].startswith("run f finished: final_answer")
+
+
+def test_ctrl_c_in_a_terminal_ends_the_view_not_the_run(cli, tmp_path):
+    gate = tmp_path / "gate"
+    where = ["--dir", str(cli.runs)]
+    with ended(start_gated("kept", where, gate, tmp_path)) as run:
+        screen = Screen([*console_script(), "watch", "kept", "--wait", *where], tmp_path, terminal_env())
+        screen.until("now")
+        screen.proc.send_signal(signal.SIGINT)
+        assert screen.wait() == 130
+        assert screen.plain.rstrip().endswith("interrupted") and "Traceback" not in screen.plain
+        assert screen.text.rfind("\x1b[?25h") > screen.text.rfind("\x1b[?25l")  # the view gave the cursor back
+        assert run.poll() is None  # the run goes on
+        for step in (1, 2, 3):
+            open_gate(gate, step)
+        assert run.wait(timeout=60) == 0
