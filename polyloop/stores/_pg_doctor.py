@@ -57,7 +57,10 @@ async def _checks(conn: psycopg.AsyncConnection[Any], where: str) -> tuple[list[
         return checks, None
     note = "" if tables == TABLES_VERSION else f" (this library migrates it to {TABLES_VERSION} on first use)"
     checks.append(("schema", True, f"PolyLoop tables version {tables}{note}"))
-    checks.append(await _write_probe(conn))
+    try:
+        checks.append(await _write_probe(conn))
+    except psycopg.Error as exc:  # e.g. a user allowed to read but not to write
+        checks.append(("write", False, f"cannot write a probe row: {first_line(exc)}"))
     rows = await (await conn.execute(
         "SELECT body->>'schema_version', count(*) FROM polyloop_records WHERE seq = 0 GROUP BY 1")).fetchall()
     return checks, Counter({str(v): int(n) for v, n in rows})

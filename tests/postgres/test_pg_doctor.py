@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -50,3 +52,25 @@ def test_an_unreachable_server_fails_in_one_line_without_a_traceback():
     assert done.returncode == 1
     assert done.stdout.splitlines()[-1].startswith("✗ server")
     assert "Traceback" not in done.stderr and done.stderr == ""
+
+
+def test_a_user_who_may_not_write_fails_the_write_check(pg_url, pg_conn):
+    run = _polyloop("run", f"{AGENTS}:finishing", "--goal", "g", "--run-id", "pg-ro", "--store", pg_url)
+    assert run.returncode == 0, run
+    role = f"polyloop_reader_{uuid.uuid4().hex[:8]}"
+    schema = pg_conn.execute("SELECT current_schema()").fetchone()[0]
+    pg_conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        pg_conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        pg_conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        parts = urlsplit(pg_url)  # the same server and schema, as the new role (trust authentication)
+        reader = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+        done = _polyloop("doctor", "--store", reader, "--json")
+        assert done.returncode == 1, done
+        checks = _checks(done)
+        assert checks["server"]["ok"] and checks["schema"]["ok"]
+        assert not checks["write"]["ok"] and "permission denied" in checks["write"]["detail"]
+        assert checks["logs"]["detail"].startswith("1 log")
+    finally:
+        pg_conn.execute(f"DROP OWNED BY {role}")
+        pg_conn.execute(f"DROP ROLE {role}")
