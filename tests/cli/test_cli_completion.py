@@ -12,34 +12,10 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from cli_helpers import clean_env, console_script, target
-
-BIN = str(Path(console_script()[0]).parent)
-
-
-def _bash_complete(cwd: Path, *words: str, env: dict[str, str] | None = None) -> list[str]:
-    """COMPREPLY for the command line `words` (the last one is being completed), as bash computes it."""
-    quoted = " ".join(_bash_quote(w) for w in words)
-    script = (
-        'eval "$(polyloop --show-completion)" || exit 9\n'
-        f"COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}\n"
-        "_polyloop_completion polyloop\n"
-        'printf "%s\\n" "${COMPREPLY[@]}"\n'
-    )
-    environ = clean_env(**(env or {}))
-    environ["PATH"] = f"{BIN}:{environ.get('PATH', '')}"
-    proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], cwd=cwd, env=environ,
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc
-    assert proc.stderr == "", proc.stderr  # never a traceback into the prompt
-    return [line for line in proc.stdout.splitlines() if line]
-
-
-def _bash_quote(word: str) -> str:
-    return "'" + word.replace("'", "'\\''") + "'"
+from watch_helpers import bash_complete as _bash_complete
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""Helpers of the `polyloop watch` tests: a gated run, a watcher in a pipe or a pseudo-terminal.
+"""Helpers of the `polyloop watch` and completion tests: a gated run, a watcher in a pipe or a
+pseudo-terminal, and bash completing a command line.
 
-Used by tests/cli/test_cli_watch.py and tests/postgres/test_pg_watch.py.
+Used by tests/cli/test_cli_watch.py, test_cli_completion.py and tests/postgres/test_pg_watch.py.
 """
 
 from __future__ import annotations
@@ -153,3 +154,28 @@ _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def terminal_env(**extra: str) -> dict[str, str]:
     return clean_env(TERM="xterm-256color", **extra)
+
+
+BIN = str(Path(console_script()[0]).parent)
+
+
+def bash_complete(cwd: Path, *words: str, env: dict[str, str] | None = None) -> list[str]:
+    """COMPREPLY for the command line `words` (the last one is being completed), as bash computes it."""
+    quoted = " ".join(_bash_quote(w) for w in words)
+    script = (
+        'eval "$(polyloop --show-completion)" || exit 9\n'
+        f"COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}\n"
+        "_polyloop_completion polyloop\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    environ = clean_env(**(env or {}))
+    environ["PATH"] = f"{BIN}:{environ.get('PATH', '')}"
+    proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc
+    assert proc.stderr == "", proc.stderr  # never a traceback into the prompt
+    return [line for line in proc.stdout.splitlines() if line]
+
+
+def _bash_quote(word: str) -> str:
+    return "'" + word.replace("'", "'\\''") + "'"
