@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from cli_helpers import clean_env, console_script, target
@@ -88,3 +89,18 @@ def test_zsh_and_fish_scripts_are_generated_and_parse(shell, tmp_path):
         pytest.skip(f"{shell} is not installed: the script was generated but not parsed")
     check = [shell, "-n", str(script)] if shell == "zsh" else [shell, "--no-execute", str(script)]
     assert subprocess.run(check, capture_output=True, timeout=60).returncode == 0
+
+
+def test_fish_completes_run_ids_and_what_waits(runs, tmp_path):
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed")
+    script = subprocess.run(console_script(), env=clean_env(_POLYLOOP_COMPLETE="source_fish"), capture_output=True,
+                            text=True, timeout=60).stdout
+    (tmp_path / "polyloop.fish").write_text(script)
+    environ = clean_env(POLYLOOP_DIR=str(runs))
+    environ["PATH"] = f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}"
+    asked = 'source polyloop.fish; complete -C "polyloop watch "; complete -C "polyloop mark-resolved mailer-1 "'
+    done = subprocess.run(["fish", "--no-config", "-c", asked], cwd=tmp_path, env=environ, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done
+    assert done.stdout.splitlines() == ["alpha", "beta", "mailer-1", "s1-a1\tunknown: send_email"]
