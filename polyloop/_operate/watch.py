@@ -123,16 +123,20 @@ async def watch_run(
             yield event
         if watch.finished:
             break
-        delay = poll if new else min(delay * 2, idle)
+        if new and not backlog:
+            await sleep(poll)  # while records arrive, one look per `poll`: they gather meanwhile
         change = await watch.holder_change()
         if change is not None:
             yield change
+        # Read after asking for the holder: whatever it wrote before letting go is in this read.
         new, backlog = await tail.more(), False
-        if watch.holder is None and not new:
+        if new:
+            delay = poll
+        elif watch.holder is None:
             break  # nobody holds it, and nothing landed since: stopped
-        if not new:
+        else:
             await sleep(delay)
-            new = await tail.more()
+            delay = min(delay * 2, idle)
     yield WatchEvent("end", in_flight=watch.in_flight(), report=await inspect_run(store, run_id))
 
 

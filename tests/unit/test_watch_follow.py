@@ -140,3 +140,47 @@ async def test_a_store_without_a_follower_of_its_own_is_read_whole(memory: Memor
     events = [e async for e in watch_run(memory, "m")]
     assert len([e for e in events if e.kind == "record"]) == len(await memory.read_log("m"))
     assert events[-1].report.status == "finished"
+
+
+class _Growing:
+    """A log a test grows one record per pause of the watcher, held until the test lets it go."""
+
+    def __init__(self, records: list) -> None:
+        self.pending = list(records)
+        self.log: list = []
+        self.held = True
+        self.slept: list[float] = []
+
+    async def read_log(self, run_id: str) -> list:
+        if not self.log:
+            raise RunNotFoundError(run_id)
+        return list(self.log)
+
+    def holder(self, run_id: str) -> str | None:
+        return "pid 1 on test" if self.held else None
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if self.pending:
+            self.log.append(self.pending.pop(0))
+        elif len(self.slept) > 12:
+            self.held = False  # the process died with its step half done
+
+
+async def test_records_arrive_while_held_and_a_release_without_an_end_is_a_stop(tmp_path):
+    store = JsonlStore(tmp_path / "runs")
+    await _finished(store, "r")
+    records = list(await store.read_log("r"))
+    cut = next(i for i, r in enumerate(records) if r.TAG == "intent" and r.kind == "action") + 1
+    growing = _Growing(records[1:cut])  # run_started is there at once; the action's result never comes
+    growing.log.append(records[0])
+    events = [e async for e in watch_run(growing, "r", poll=0.1, idle=0.8, sleep=growing.sleep)]
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "record" and kinds[1] == "held"
+    assert [e.record for e in events if e.kind == "record"] == records[:cut]
+    assert kinds[-2:] == ["released", "end"]
+    assert [i.result_id for i in events[-1].in_flight] == ["s1-a1"]  # in flight when its holder died
+    assert events[-1].report.status == "resumable"  # a safe action: resume replays it
+    arriving = len(records[1:cut])
+    assert growing.slept[:arriving] == [0.1] * arriving  # one look per `poll` while records arrive
+    assert growing.slept[arriving:arriving + 5] == [0.1, 0.1, 0.2, 0.4, 0.8]  # then backing off to `idle`
