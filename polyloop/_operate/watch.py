@@ -114,7 +114,7 @@ async def watch_run(
     check_run_id(run_id)
     tail = follower(store, run_id)
     first: list[Record] = []
-    async for event in _first_look(tail, run_id, wait, poll, idle, sleep, first):
+    async for event in _first_look(tail, wait, poll, idle, sleep, first):
         yield event
     watch = _Watch(store, run_id)
     new, backlog, delay = first, True, poll
@@ -141,7 +141,7 @@ async def watch_run(
 
 
 async def _first_look(
-    tail: Follower, run_id: str, wait: bool, poll: float, idle: float, sleep: Sleep, into: list[Record]
+    tail: Follower, wait: bool, poll: float, idle: float, sleep: Sleep, into: list[Record]
 ) -> AsyncIterator[WatchEvent]:
     """The log's records so far (into `into`); with `wait`, after waiting for the log to appear."""
     delay, announced = poll, False
