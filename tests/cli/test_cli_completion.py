@@ -104,3 +104,18 @@ def test_fish_completes_run_ids_and_what_waits(runs, tmp_path):
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done
     assert done.stdout.splitlines() == ["alpha", "beta", "mailer-1", "s1-a1\tunknown: send_email"]
+
+
+def test_install_completion_writes_what_a_new_bash_then_uses(runs, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    environ = clean_env(HOME=str(home), POLYLOOP_DIR=str(runs))
+    environ["PATH"] = f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}"
+    done = subprocess.run(["bash", "--norc", "-c", "polyloop --install-completion"], env=environ, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done
+    assert "bash completion installed" in done.stdout
+    later = ('source ~/.bashrc; COMP_WORDS=(polyloop resume al); COMP_CWORD=2; _polyloop_completion polyloop; '
+             'printf "%s\\n" "${COMPREPLY[@]}"')
+    done = subprocess.run(["bash", "--norc", "-c", later], env=environ, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["alpha"], done
