@@ -13,6 +13,7 @@ from polyloop.for_cli import decide
 from polyloop.stores import open_store
 
 from . import options, waits_view
+from .complete import waiting_ids
 from .errors import BadInput, failures
 from .scope import Scope
 
@@ -22,6 +23,7 @@ RequestId = Annotated[
         metavar="REQUEST_ID",
         help="What waits: the id of an approval request or a question, e.g. s3-a1 (see `polyloop inspect`).",
         show_default=False,
+        autocompletion=waiting_ids,
     ),
 ]
 Reason = Annotated[

@@ -10,8 +10,8 @@ import typer
 from polyloop import RunReport, inspect_run
 from polyloop.stores import open_store
 
-from . import inspect_view, options, terminal
-from .errors import failures
+from . import inspect_view, options, terminal, watch
+from .errors import BadInput, failures
 from .scope import Scope
 
 
@@ -32,6 +32,9 @@ def command(
             show_default=False,
         ),
     ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Follow the run live until it ends: the same as `polyloop watch`.")
+    ] = False,
 ) -> None:
     """Show run ID: every step's model call and action, and what resume would do next.
 
@@ -52,6 +55,9 @@ def command(
     change and lifted crash loop, and how much of the retry budgets the run
     spent. Nothing is written: inspect never changes a log.
 
+    With --follow (-f) it is `polyloop watch ID`: each record as it lands,
+    until the run finishes or stops, with watch's exit codes.
+
     Exit: 0 whenever the log could be read, whatever the run's status (read
     `status` from --json); 2 unknown or unsafe run id.
 
@@ -60,6 +66,11 @@ def command(
       polyloop inspect demo
       polyloop inspect demo --json | jq -r .status
     """
+    if follow:
+        with failures(Scope(json=json, run_id=run_id)):
+            if steps is not None:
+                raise BadInput("--steps does not go with --follow (--all shows every record so far)")
+        raise typer.Exit(watch.follow(run_id, directory, store_url, wait=False, all_records=all_steps, json=json))
     with failures(Scope(json=json, run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         shown = options.step_range(steps, all_steps)

@@ -16,6 +16,13 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+try:  # typer >= 0.20 vendors click; older typers use click itself
+    from typer._click.core import Command
+    from typer._click.shell_completion import CompletionItem
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.core import Command
+    from click.shell_completion import CompletionItem
+
 from . import errors
 
 HELP = """Resumable LLM agent runs on a durable, append-only intent log.
@@ -63,7 +70,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "deny": ("decide", "deny_command", "Deny a tool call that waits for a person; the model reads why."),
     "answer": ("decide", "answer_command", "Answer a question the model asked a person (ask_human)."),
     "resume": ("resume", "command", "Continue a run after a crash."),
+    "watch": ("watch", "command", "Follow a run live until it finishes or stops."),
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
+    "doctor": ("doctor", "command", "Check the store can keep runs (and an agent imports)."),
     "batch": ("batch", "command", "Run an agent once per line of a goals file; re-run to resume."),
     "submit": ("submit", "command", "Queue a run on a PostgreSQL store for the workers."),
     "worker": ("worker", "command", "Claim queued runs from a PostgreSQL store and run them."),
@@ -113,6 +122,13 @@ class _Group(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        # Command names and their one-line helps come from the table, so completing
+        # `polyloop w<TAB>` imports no command; the group's own options follow.
+        found = [CompletionItem(name, help=short_help) for name, (_, _, short_help) in COMMANDS.items()
+                 if name.startswith(incomplete)]
+        return found + Command.shell_complete(self, ctx, incomplete)
+
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         # The one-line helps come from the table: `polyloop --help` imports no command.
         with formatter.section("Commands"):
@@ -159,7 +175,8 @@ app = typer.Typer(
     help=HELP,
     name="polyloop",
     no_args_is_help=True,
-    add_completion=False,
+    # `--install-completion` / `--show-completion` (bash, zsh, fish): typer's own mechanism.
+    add_completion=True,
     rich_markup_mode=None,  # help text is shown as written: no markup to inject or mangle
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,  # locals hold prompts and keys

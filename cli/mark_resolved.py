@@ -14,6 +14,7 @@ from polyloop.for_cli import read_regular, resolve  # the library's one refusal 
 from polyloop.stores import open_store
 
 from . import options, waits_view
+from .complete import waiting_ids
 from .errors import BadInput, failures
 from .scope import Scope
 
@@ -24,6 +25,7 @@ ResultId = Annotated[
         metavar="RESULT_ID",
         help="What waits: an unknown action or rollback, or an alert, e.g. s3-a1 (see `polyloop inspect`).",
         show_default=False,
+        autocompletion=waiting_ids,
     ),
 ]
 

@@ -11,9 +11,12 @@ from polyloop import default_directory
 from polyloop.stores import store_kind
 
 from . import paste
+from .complete import run_ids
 from .errors import BadInput
 
-RunId = Annotated[str, typer.Argument(metavar="ID", help="The run id.", show_default=False)]
+RunId = Annotated[
+    str, typer.Argument(metavar="ID", help="The run id.", show_default=False, autocompletion=run_ids)
+]
 
 Directory = Annotated[
     str | None,

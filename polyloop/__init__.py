@@ -47,6 +47,8 @@ from ._log.ids import check_run_id, new_run_id
 from ._operate.inspect import RunReport, inspect_run
 from ._operate.resolve import mark_resolved
 from ._operate.ls import RunSummary, list_runs
+from ._operate.watch import WatchEvent, watch_run
+from ._operate.doctor import DoctorCheck, doctor
 from ._log.model_port import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from ._log.records import (
     SCHEMA_VERSION,
@@ -107,6 +109,7 @@ __all__ = [
     "CrashLoopError",
     "Decision",
     "DecisionError",
+    "DoctorCheck",
     "Execution",
     "FileVerdict",
     "GuardCheck",
@@ -156,6 +159,7 @@ __all__ = [
     "TransientModelError",
     "Usage",
     "VerifyReport",
+    "WatchEvent",
     "answer",
     "approve",
     "ask_human",
@@ -165,6 +169,7 @@ __all__ = [
     "decode_record",
     "default_directory",
     "deny",
+    "doctor",
     "encode_record",
     "executed",
     "inspect_run",
@@ -180,6 +185,7 @@ __all__ = [
     "unknown",
     "verify_file",
     "verify_logs",
+    "watch_run",
 ]
 
 # Re-exported names report their public home, as httpx does.

@@ -51,6 +51,9 @@ NOT_RUN = {
         "part of the test suite itself",
     ".venv/bin/python tests/crash/report.py reliability.json docs/reliability.md":
         "rewrites docs/reliability.md from the figures of that run",
+    "polyloop --install-completion": "writes the reader's shell start-up file (test_cli_completion.py "
+        "sources the script in bash)",
+    "polyloop --show-completion > ~/.polyloop-completion.sh": "writes into the reader's home directory",
     "polyloop batch rollout.py:agent evals.txt --store postgresql://postgres@127.0.0.1:5432/test":
         "its fixed run ids would meet the last docs run's in the shared database "
         "(tests/stores/postgres/test_pg_batch.py runs batches on PostgreSQL)",
