@@ -61,6 +61,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "deny": ("decide", "deny_command", "Deny a tool call that waits for a person; the model reads why."),
     "answer": ("decide", "answer_command", "Answer a question the model asked a person (ask_human)."),
     "resume": ("resume", "command", "Continue a run after a crash."),
+    "cancel": ("cancel", "command", "End a run for good, on the record (who, why); a live one at a safe point."),
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
     "batch": ("batch", "command", "Run an agent once per line of a goals file; re-run to resume."),
     "submit": ("submit", "command", "Queue a run on a PostgreSQL store for the workers."),

@@ -15,6 +15,7 @@ from ._run.artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
+from ._operate.cancel import CancelOutcome, cancel
 from ._operate.decide import answer, approve, deny
 from ._recovery.on_decisions import RequestView
 from ._recovery.walker import Execution, Recovery, StepView, check, classify
@@ -94,6 +95,7 @@ __all__ = [
     "BatchProgress",
     "BatchReport",
     "BatchRun",
+    "CancelOutcome",
     "CheckpointAccepted",
     "CheckpointError",
     "CorruptLogError",
@@ -153,6 +155,7 @@ __all__ = [
     "answer",
     "approve",
     "ask_human",
+    "cancel",
     "check",
     "check_run_id",
     "classify",

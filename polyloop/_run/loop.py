@@ -55,6 +55,7 @@ from .._recovery.plan import (
     plan,
 )
 from .artifacts import Artifacts, check_products
+from .cancelling import stop_if_asked
 from .._log.records import (
     ActionResult,
     ApprovalRequest,
@@ -149,6 +150,8 @@ class _Run:
         while True:
             nxt = plan(self.walker)
             if isinstance(nxt, CallModel):
+                if (stopped := await stop_if_asked(self)) is not None:  # the safe point: nothing in flight
+                    return stopped
                 await self._call_model(nxt, history)
             elif isinstance(nxt, RunAction):
                 await self._act(nxt, history)
@@ -411,9 +414,6 @@ class _Run:
             # step completes with all of them); a verified tool's result waits
             # for its verification (planner: Verify).
             await self.write(ActionResult(result_id=rid, observation=representable(observation), is_error=is_error))
-            return
-            # The step is not done until the target is read back (planner: Verify).
-            await self.write(ActionResult(result_id=rid, observation=representable(observation)))
             return
         await self.complete(step, rid, observation, is_error, tool.name, history)
 

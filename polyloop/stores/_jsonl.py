@@ -42,6 +42,7 @@ from .._log.ids import check_run_id
 from .._log.records import Record
 from ._aio import Syncer
 from ._disk import Disk, not_regular_problem, why
+from ._jsonl_cancel import Cancels
 from ._jsonl_write import Appends, OpenLog, drop_syncers, safe_id
 from ._lockfile import clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
@@ -52,7 +53,7 @@ from ._workers import DiskWorkers
 T = TypeVar("T")
 
 
-class JsonlStore(Appends, Products):
+class JsonlStore(Appends, Products, Cancels):
     """Run logs as `<directory>/<run_id>.jsonl`, one JSON record per line.
 
     The embedded default store. Safe for many concurrent runs in one event

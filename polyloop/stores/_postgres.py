@@ -28,12 +28,13 @@ from ._pg_claims import Claims
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseLostError
+from ._pg_ops import Operations
 from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 
 
-class PostgresStore(Claims, Queue):
+class PostgresStore(Claims, Queue, Operations):
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
@@ -106,6 +107,7 @@ class PostgresStore(Claims, Queue):
         self._next: dict[str, int] = {}
         self._leases: dict[str, Lease] = {}
         self._strays: set[asyncio.Task[None]] = set()  # renewals left to unwind after a loss
+        self._cancel_seen: dict[str, tuple[float, Any]] = {}  # run -> (when looked, request): _pg_ops.py
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._conns.where!r})"
