@@ -63,6 +63,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "resume": ("resume", "command", "Continue a run after a crash."),
     "cancel": ("cancel", "command", "End a run for good, on the record (who, why); a live one at a safe point."),
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
+    "archive": ("archive", "command", "Move runs (finished, or named) out of the way, whole, to another directory."),
     "batch": ("batch", "command", "Run an agent once per line of a goals file; re-run to resume."),
     "submit": ("submit", "command", "Queue a run on a PostgreSQL store for the workers."),
     "worker": ("worker", "command", "Claim queued runs from a PostgreSQL store and run them."),

@@ -15,6 +15,8 @@ from ._run.artifacts import ArtifactRef, Artifacts, ProductCheck
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
+from ._operate.archive import archive
+from ._operate.archive_report import ArchivedRun, ArchiveReport
 from ._operate.cancel import CancelOutcome, cancel
 from ._operate.decide import answer, approve, deny
 from ._recovery.on_decisions import RequestView
@@ -85,6 +87,8 @@ __all__ = [
     "AlertError",
     "ApprovalRequest",
     "ApprovalRequiredError",
+    "ArchiveReport",
+    "ArchivedRun",
     "Artifact",
     "ArtifactError",
     "ArtifactRef",
@@ -154,6 +158,7 @@ __all__ = [
     "VerifyReport",
     "answer",
     "approve",
+    "archive",
     "ask_human",
     "cancel",
     "check",
