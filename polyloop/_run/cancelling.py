@@ -18,6 +18,11 @@ from .._log.records import RunFinished, representable
 from .result import RunResult
 
 
+def ended_by(f: RunFinished) -> str | None:
+    """`RunResult.error` of a finished run: its error, or who cancelled it and why."""
+    return f"cancelled by {f.by}: {f.why}" if f.reason == "cancelled" else f.error
+
+
 def cancel_channel(store: Any) -> CancellingStore | None:
     """The store's cancel-request channel, or None when it has none."""
     return store if isinstance(store, CancellingStore) else None
@@ -46,4 +51,4 @@ async def stop_if_asked(run: Any) -> RunResult | None:
                                 by=representable(request.by), why=representable(request.why)))
     with contextlib.suppress(Exception):  # the run is finished; a request left behind is harmless
         await channel.clear_cancel(run.run_id)
-    return RunResult(run.run_id, "cancelled", None, steps, f"cancelled by {request.by}: {request.why}")
+    return RunResult(run.run_id, "cancelled", None, steps, ended_by(run.walker.finished))

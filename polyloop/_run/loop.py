@@ -55,7 +55,7 @@ from .._recovery.plan import (
     plan,
 )
 from .artifacts import Artifacts, check_products
-from .cancelling import stop_if_asked
+from .cancelling import ended_by, stop_if_asked
 from .._log.records import (
     ActionResult,
     ApprovalRequest,
@@ -191,7 +191,7 @@ class _Run:
     def _recorded_result(self) -> RunResult:
         f = self.walker.finished
         assert f is not None
-        return RunResult(self.run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
+        return RunResult(self.run_id, f.reason, f.result, f.steps, ended_by(f), already_finished=True)
 
     async def write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
