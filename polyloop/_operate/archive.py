@@ -119,7 +119,10 @@ async def _from_directory(
 
 async def _move_one(store: JsonlStore, disk: MoveDisk, source: str, archive_dir: str, run_id: str,
                     *, named: bool) -> ArchivedRun:
+    there = os.path.join(archive_dir, f"{run_id}.jsonl")
     if not store.exists(run_id):
+        if os.path.lexists(there):  # archived already (an archive a crash cut short, run again)
+            return ArchivedRun(run_id, "archived", None, await asyncio.to_thread(_finished, there, run_id), there)
         if not named:
             return ArchivedRun(run_id, "refused", "its log went away while archiving")
         raise RunNotFoundError(run_id, source)
@@ -137,7 +140,7 @@ async def _move_one(store: JsonlStore, disk: MoveDisk, source: str, archive_dir:
         return ArchivedRun(run_id, "refused", f"a live process holds it ({exc.holder or 'another process'})")
     except InvalidInputError as exc:
         return ArchivedRun(run_id, "refused", str(exc))
-    return ArchivedRun(run_id, "archived", None, ended, os.path.join(archive_dir, f"{run_id}.jsonl"))
+    return ArchivedRun(run_id, "archived", None, ended, there)
 
 
 def _finished(log: str, run_id: str) -> bool:
