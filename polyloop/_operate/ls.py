@@ -63,11 +63,12 @@ class RunSummary:
             `postgresql://USER@HOST:PORT/DB/RUN_ID` (never a password), as
             `verify --store` names a run.
         target: the agent target `run_started` records (None when corrupt or not recorded).
-        cause: one sentence: what ended or stopped it, beyond `reason`'s
-            word for a finished run — the error of a run that ended in one
-            (`ModelCallError: ...`), who cancelled it and why (`cancelled by
-            alice: superseded`); for a run that did not finish, `reason`
-            itself. None for a final answer or a spent step budget.
+        cause: for a finished run, what ended it beyond `reason`'s word:
+            the error of a run that ended in one, with the model's last
+            error in the provider's words; who cancelled it and why
+            (`cancelled by alice: superseded`). None for a final answer, a
+            spent step budget, and a run that did not finish (its `reason`
+            is already the sentence that says why it stopped).
 
     Not guaranteed: the summary is a snapshot; a live run may have moved on
     by the time it is read.

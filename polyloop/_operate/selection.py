@@ -146,7 +146,7 @@ def cause_of(report: Any) -> str | None:
     rec = report.recovery
     f = rec.finished if rec is not None else None
     if f is None:
-        return report.reason
+        return None  # `reason` says why it stopped
     if f.reason == "cancelled":
         return f"cancelled by {f.by}: {f.why}"
     if f.reason == "error" and rec.steps and rec.steps[-1].model_calls:
