@@ -325,6 +325,8 @@ def _finished(run_id: str, line: int, result: RunResult, action: str, own_id: bo
     over = f"; the run is over (an ended run is never resumed): to run the line again, {again}"
     if result.reason == "error":
         return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}{over}", action)
+    if result.reason == "cancelled":  # a person ended it (`polyloop cancel`): over, and it says who and why
+        return BatchRun(run_id, line, "finished", result.steps, f"{result.error}{over}", action)
     if result.reason == "tool_failures":  # exit code 1 for `polyloop run` too
         why = f"a tool spent its failure budget: {result.error}{over}"
         return BatchRun(run_id, line, "failed", result.steps, why, action)
