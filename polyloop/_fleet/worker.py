@@ -43,6 +43,7 @@ from .._log.errors import (
 )
 from .._operate.inspect import inspect_run
 from .._run.target import load_target
+from .._run.cancelling import ended_by
 from ..stores._jsonl import JsonlStore
 from ..stores._url import store_kind
 
@@ -272,7 +273,8 @@ class _Worker:
             if doc.get("target") != self.target:
                 raise foreign("target", doc.get("target"))
             if status == "finished":
-                error = getattr(getattr(report.recovery, "finished", None), "error", None)
+                ended = report.recovery.finished if report.recovery is not None else None
+                error = ended_by(ended) if ended is not None else None
                 result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
                 return _finished(run_id, line, result, "skipped", own_id)
             if status == "needs_operator":
