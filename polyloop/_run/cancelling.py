@@ -10,12 +10,17 @@ asked and why (log format 1.3), and is then removed.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any
 
 from .._log.cancel_port import CancellingStore
 from .._log.errors import PolyLoopError, StoreError
 from .._log.records import RunFinished, representable
 from .result import RunResult
+
+
+_UNSEEN: Any = object()
+_channels: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def ended_by(f: RunFinished) -> str | None:
@@ -34,7 +39,9 @@ async def stop_if_asked(run: Any) -> RunResult | None:
     Raises:
         StoreError: the request or the end marker cannot be read or written.
     """
-    channel = cancel_channel(run.store)
+    channel = _channels.get(run, _UNSEEN)
+    if channel is _UNSEEN:  # what the store can do is looked up once per run, not once per step
+        channel = _channels[run] = cancel_channel(run.store)
     if channel is None:
         return None
     try:
