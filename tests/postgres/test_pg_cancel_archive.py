@@ -137,3 +137,27 @@ def test_archive_refuses_a_run_a_live_lease_holds(pg_url: str, tmp_path: Path) -
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_a_run_a_worker_holds_is_asked_and_the_worker_ends_it_cancelled(pg_url: str, tmp_path: Path) -> None:
+    import asyncio
+
+    from pg_helpers import AGENTS, WorkerProcess, submit_runs, wait_for
+
+    asyncio.run(submit_runs(pg_url, f"{AGENTS}:reads", ["q"]))
+    worker = WorkerProcess(pg_url, tmp_path / "effects", lease=5, slow=0.05, steps=400)
+    try:
+        wait_for(lambda: steps_done(pg_url, "q") >= 3, what="the worker's run to make progress")
+        done = pl("cancel", "q", "--reason", "drained", "--by", "ops", "--wait", "--timeout", "60",
+                  "--store", pg_url, "--json")
+        assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "cancelled", done
+        finished = wait_for(lambda: worker.seen("finish", "q"), what="the worker to say the run finished")
+        assert "cancelled by ops: drained" in json.dumps(finished[0][1])
+    finally:
+        worker.stop()
+    steps = steps_done(pg_url, "q")
+    assert 3 <= steps < 400
+    shown = json.loads(pl("inspect", "q", "--store", pg_url, "--json").stdout)
+    assert shown["status"] == "finished" and shown["cancelled"]["by"] == "ops" and shown["steps"] == steps
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT status FROM polyloop_runs WHERE run_id = 'q'").fetchone() == ("finished",)
