@@ -86,3 +86,10 @@ def test_a_cancellation_counts_the_completed_steps_and_nothing_follows_it() -> N
     assert walk([START, *step, cancelled(steps=0)], run_id="r").problems[0].rule == 12
     walker = walk([START, *step, cancelled(steps=1), *CALL], run_id="r")
     assert walker.problems and walker.problems[0].rule == 2
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_a_cancellation_appended_to_an_older_log_reads(version: str) -> None:
+    start = RunStarted(run_id="r", goal="g", config={"max_steps": 5}, schema_version=version)
+    walker = walk([start, *CALL, cancelled()], run_id="r")
+    assert walker.problems == [] and walker.minor == int(version[-1])
