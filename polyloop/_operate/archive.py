@@ -35,7 +35,7 @@ from .archive_db import export_runs
 from .archive_move import MoveDisk, move, same_file_system, sweep
 from .archive_report import ArchivedRun, ArchiveReport
 from .ls import list_runs
-from .selection import parse_duration
+from .selection import moment, parse_duration, within
 from .verify import located_problems, verify_file
 
 @runtime_checkable
@@ -95,8 +95,8 @@ async def chosen(where: str, run_ids: Sequence[str] | None, age: timedelta | Non
         return list(dict.fromkeys(run_ids))
     runs = await asyncio.to_thread(list_runs, where, statuses=["finished"])
     if age is not None:
-        cut = datetime.now(timezone.utc) - age
-        runs = [s for s in runs if s.updated is not None and datetime.fromisoformat(s.updated) < cut]
+        now = datetime.now(timezone.utc)
+        runs = [s for s in runs if moment(s.updated) is not None and not within(s.updated, age, now)]
     return [s.run_id for s in reversed(runs)]
 
 

@@ -69,7 +69,7 @@ class Cancels:
 
     async def cancel_request(self, run_id: str) -> CancelRequest | None:
         """The run's pending request to stop, or None (read inline: it is one small file, usually absent)."""
-        path = f"{self._prefix}.{run_id}.cancel"  # the run loop's own id: checked when the run began
+        path = self.cancel_path(run_id)
         try:
             os.lstat(path)  # the usual answer, "none", for one failed system call
             data = self._disk.read(path)

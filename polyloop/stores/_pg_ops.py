@@ -26,6 +26,7 @@ from ._lockfile import dead_here
 from ._pg_read import READ_ONE
 
 _POLL = 1.0  # seconds a holder's look for a request to stop may be old
+_KEEP = 4096  # looks remembered before the stale ones are dropped
 
 _LOCK_ROW = """
 SELECT holder, lease_until > clock_timestamp() AS live, next_seq FROM polyloop_runs
@@ -62,6 +63,9 @@ class Operations:
             )
             row = await cur.fetchone()
         found = CancelRequest(by=row[0], why=row[1], at=row[2]) if row else None
+        if len(seen) >= _KEEP:  # a long-lived worker runs many runs: forget the looks that are stale anyway
+            for stale in [r for r, (when, _) in seen.items() if now - when >= _POLL]:
+                del seen[stale]
         seen[run_id] = (now, found)
         return found
 
