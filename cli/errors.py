@@ -1,7 +1,8 @@
 """Exit codes, and the one place where failures become them.
 
     0    success: the run finished (final answer or step budget); verify found no corruption
-    1    failure: the run ended in an error or a tool spent its failure budget; the model
+    1    failure: the run ended in an error, a tool spent its failure budget, or it was
+         cancelled (`polyloop cancel`, while this process ran it); the model
          call failed; the store failed;
          the log is corrupt (so resume refuses); verify found corruption
     2    bad usage or bad input: unknown or unsafe run id, a run id that exists for `run`,
@@ -108,6 +109,7 @@ _RESULT_CODES = {
     "max_steps": OK,
     "error": FAILURE,
     "tool_failures": FAILURE,  # a tool spent its failure budget: the run ended unfinished
+    "cancelled": FAILURE,  # a person ended it (`polyloop cancel`): unfinished, on purpose
 }
 
 

@@ -40,6 +40,8 @@ def why(report: RunReport) -> str:
             return f"It finished with a final answer after {steps}."
         if f.reason == "max_steps":
             return f"It finished because the step budget was spent ({steps}, no final answer)."
+        if f.reason == "cancelled":
+            return f"It was cancelled after {steps} by {f.by}: {f.why}."
         if f.reason == "tool_failures":
             return f"It ended after {steps} because a tool spent its failure budget: {f.error}."
         return f"It finished with an error after {steps}: {f.error}."

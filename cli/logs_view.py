@@ -86,7 +86,7 @@ def ls_report(runs: Sequence[RunSummary], directory: str, statuses: Sequence[str
         say(console, f"no runs{which} in {directory}")
         return
     rows = [
-        (clip(s.run_id, 60), s.status, clip(_waits(s.waiting), 40), str(s.steps), _when(s.updated), clip(s.reason, LS_REASON))
+        (clip(s.run_id, 60), s.status, clip(_waits(s.waiting), 40), str(s.steps), _when(s.updated), clip(_cause(s), LS_REASON))
         for s in runs
     ]
     widths = [max(len(r[i]) for r in [_LS_HEADER, *rows]) for i in range(5)]
@@ -104,6 +104,13 @@ def ls_report(runs: Sequence[RunSummary], directory: str, statuses: Sequence[str
     table.append(f"{len(runs)} run{'' if len(runs) == 1 else 's'}: {tally}", style="dim")
     console.print(table, soft_wrap=True)
     console.file.flush()
+
+
+def _cause(s: RunSummary) -> str:
+    """The REASON cell: a finished run's word, and what ended it when there is more to say."""
+    if s.status == "finished" and s.cause:
+        return f"{s.reason}: {s.cause}" if not s.cause.startswith(s.reason) else s.cause
+    return s.reason
 
 
 @contextmanager

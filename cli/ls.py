@@ -25,6 +25,27 @@ class Status(str, enum.Enum):
     active = "active"
 
 
+Since = Annotated[
+    str | None,
+    typer.Option("--since", metavar="DURATION", help="Only runs active within DURATION (e.g. 90s, 15m, "
+                 "2h, 7d, 1h30m): their last record is no older.", show_default=False),
+]
+Limit = Annotated[
+    int | None,
+    typer.Option("--limit", metavar="N", min=0, help="Show at most N runs (the most recent).", show_default=False),
+]
+Batch = Annotated[
+    str | None,
+    typer.Option("--batch", metavar="NAME", help="Only the runs of batch NAME (`polyloop batch --name`).",
+                 show_default=False),
+]
+Target = Annotated[
+    str | None,
+    typer.Option("--target", metavar="TARGET", help="Only runs of this agent target: as recorded, a path "
+                 "ending it (examples/demo.py:agent), or a shell pattern ('*demo.py:*').", show_default=False),
+]
+
+
 def command(
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
@@ -38,6 +59,10 @@ def command(
             show_default=False,
         ),
     ] = None,
+    since: Since = None,
+    limit: Limit = None,
+    batch: Batch = None,
+    target: Target = None,
     json: options.Json = False,
 ) -> None:
     """List the runs of DIR: status, what each waits for, steps, last activity.
@@ -46,7 +71,9 @@ def command(
     last record, UTC): the run id, its status as `polyloop inspect` gives it
     (finished, needs_operator, resumable, corrupt, active), the kinds of
     what waits for a person (e.g. unknown: an action to settle with
-    mark-resolved), completed steps, and why it finished or stopped. Every
+    mark-resolved), completed steps, and why it finished or stopped - for
+    a run that ended in an error, the error itself (the provider's words);
+    for a cancelled one, who cancelled it and why. Every
     run is judged as `inspect` judges it; logs are read on all cores, with a
     progress bar on a terminal when it takes more than a moment. Read-only:
     no lock is taken and nothing is written. A *.jsonl entry that cannot be
@@ -57,13 +84,19 @@ def command(
     has a log, judged the same way (one query lists them; their logs are
     read in chunks over one connection).
 
+    --since, --batch, --target and --limit narrow the list (they combine);
+    --batch reads only the batch's runs.
+
     Exit: 0 whenever DIR (or the database) could be read, whatever the
     runs' statuses; 1 the database cannot be reached or failed; 2 DIR does
-    not exist (or is not a directory) or a --status is unknown.
+    not exist (or is not a directory), a --status is unknown, --since is
+    not a duration, or there is no batch NAME.
 
     \b
     Example:
       polyloop ls --status needs_operator
+      polyloop ls --since 2h --target examples/demo.py:agent --limit 20
+      polyloop ls --batch nightly --status resumable
       polyloop ls --json | jq -r '.[] | select(.waiting != []) | .run_id'
       polyloop ls --store postgresql://postgres@127.0.0.1/test
     """
@@ -73,7 +106,8 @@ def command(
         show = not json and sys.stderr.isatty()
         try:
             with logs_view.ls_progress(show) as progress:
-                runs = list_runs(where, statuses=wanted or None, progress=progress)
+                runs = list_runs(where, statuses=wanted or None, progress=progress, since=since, limit=limit,
+                                 batch=batch, target=target)
         except OSError as exc:
             raise BadInput(f"cannot list runs in {paste.place(where)}: {exc.strerror or exc}") from exc
         if json:

@@ -33,6 +33,9 @@ def run_result(result: RunResult, *, already: bool = False) -> None:
             (f"{verb}: ", "bold yellow"),
             f"the step budget was spent after {steps}, without a final answer",
         )
+    elif result.reason == "cancelled":
+        say(err(), ("cancelled: ", "bold yellow"),
+            f"run {result.run_id} {verb} after {steps}: {clip(result.error or 'cancelled', 10_000)}")
     elif result.reason == "tool_failures":
         say(
             err(),

@@ -15,6 +15,9 @@ from ._run.artifacts import ArtifactCheck, ArtifactRef, Artifacts
 from ._fleet.batch import BatchInterrupted, run_batch
 from ._fleet.plan import BatchError
 from ._fleet.report import BatchProgress, BatchReport, BatchRun
+from ._operate.archive import archive
+from ._operate.archive_report import ArchivedRun, ArchiveReport
+from ._operate.cancel import CancelOutcome, cancel
 from ._operate.decide import answer, approve, deny
 from ._recovery.on_decisions import RequestView
 from ._recovery.walker import Execution, Recovery, StepView, check, classify
@@ -91,6 +94,8 @@ __all__ = [
     "AlertError",
     "ApprovalRequest",
     "ApprovalRequiredError",
+    "ArchiveReport",
+    "ArchivedRun",
     "Artifact",
     "ArtifactCheck",
     "ArtifactError",
@@ -102,6 +107,7 @@ __all__ = [
     "BatchProgress",
     "BatchReport",
     "BatchRun",
+    "CancelOutcome",
     "CheckpointAccepted",
     "CheckpointError",
     "CorruptLogError",
@@ -162,7 +168,9 @@ __all__ = [
     "WatchEvent",
     "answer",
     "approve",
+    "archive",
     "ask_human",
+    "cancel",
     "check",
     "check_run_id",
     "classify",

@@ -44,6 +44,7 @@ from .._log.errors import (
 )
 from .._operate.inspect import inspect_run
 from .._run.target import load_target
+from .._run.cancelling import ended_by
 from ..stores._jsonl import JsonlStore
 from ..stores._url import store_kind
 
@@ -274,7 +275,8 @@ class _Worker:
             if doc.get("target") != self.target:
                 raise foreign("target", doc.get("target"))
             if status == "finished":
-                error = getattr(getattr(report.recovery, "finished", None), "error", None)
+                ended = report.recovery.finished if report.recovery is not None else None
+                error = ended_by(ended) if ended is not None else None
                 result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
                 return _finished(run_id, line, result, "skipped", own_id)
             if status == "needs_operator":
@@ -327,6 +329,8 @@ def _finished(run_id: str, line: int, result: RunResult, action: str, own_id: bo
     over = f"; the run is over (an ended run is never resumed): to run the line again, {again}"
     if result.reason == "error":
         return BatchRun(run_id, line, "failed", result.steps, f"the run ended in an error: {result.error}{over}", action)
+    if result.reason == "cancelled":  # a person ended it (`polyloop cancel`): over, and it says who and why
+        return BatchRun(run_id, line, "finished", result.steps, f"{result.error}{over}", action)
     if result.reason == "tool_failures":  # exit code 1 for `polyloop run` too
         why = f"a tool spent its failure budget: {result.error}{over}"
         return BatchRun(run_id, line, "failed", result.steps, why, action)

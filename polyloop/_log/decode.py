@@ -79,6 +79,8 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "result": (_STR, True),
         "steps": (_INT, False),
         "error": (_STR, True),
+        "by": (_STR, True),
+        "why": (_STR, True),
         "at": (_STR, False),
     },
     Resolution: {
@@ -158,7 +160,7 @@ _OPTIONAL = {
     Intent: {"tool", "args", "replay", "idempotency_key", "call"},
     ModelCallResult: {"usage", "error"},
     StepCompleted: {"is_error", "calls"},
-    RunFinished: {"error"},
+    RunFinished: {"error", "by", "why"},
     Resolution: {"observation", "reason", "by", "source"},
     GuardCheck: {"reason", "rollback"},
     ActionResult: {"is_error"},
@@ -259,8 +261,15 @@ def _check_step_completed(v: dict[str, Any]) -> None:
 
 
 def _check_run_finished(v: dict[str, Any]) -> None:
-    if v["reason"] not in ("final_answer", "max_steps", "error", "tool_failures"):
+    if v["reason"] not in ("final_answer", "max_steps", "error", "tool_failures", "cancelled"):
         raise RecordError(f"run_finished.reason {v['reason']!r} is unknown")
+    # Who and why (log format 1.3) belong to a cancellation, and a cancellation has both.
+    if v["reason"] == "cancelled":
+        for name in ("by", "why"):
+            if not (v.get(name) or "").strip():
+                raise RecordError(f"run_finished of a cancelled run needs {name}")
+    elif v.get("by") is not None or v.get("why") is not None:
+        raise RecordError(f"run_finished.by and .why belong to a cancelled run, not to {v['reason']}")
 
 
 def _check_resolution(v: dict[str, Any]) -> None:

@@ -24,14 +24,14 @@ import orjson
 
 from .errors import RecordError, SchemaVersionError  # noqa: F401  (RecordError: readers import it with the records)
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """`major.minor` of the log format this library writes."""
 
 SUPPORTED_MAJOR = 1
 
 Kind = Literal["model_call", "action", "rollback"]
 Replay = Literal["safe", "never"]
-FinishReason = Literal["final_answer", "max_steps", "error", "tool_failures"]
+FinishReason = Literal["final_answer", "max_steps", "error", "tool_failures", "cancelled"]
 Outcome = Literal["executed", "not_executed"]
 Guard = Literal["precondition", "verify", "reconcile"]
 RollbackKind = Literal["undo", "compensate", "alert"]
@@ -136,13 +136,19 @@ class StepCompleted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFinished:
-    """Last record of a run, written before the result is returned to the caller."""
+    """Last record of a run, written before the result is returned to the caller.
+
+    `by` and `why` (log format 1.3) are set exactly when `reason` is
+    `cancelled`: who cancelled the run and why (`polyloop cancel`).
+    """
 
     TAG: ClassVar[str] = "run_finished"
     reason: FinishReason
     result: str | None
     steps: int
     error: str | None = None
+    by: str | None = None
+    why: str | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -432,6 +438,7 @@ _OMIT_NONE: dict[type, frozenset[str]] = {
     Intent: frozenset({"call"}),
     StepCompleted: frozenset({"calls"}),
     ApprovalRequest: frozenset({"call"}),
+    RunFinished: frozenset({"by", "why"}),
 }
 
 

@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .cancel_port import CancellingStore
 from .records import (
     ActionResult,
     ApprovalRequest,
@@ -201,6 +202,20 @@ class ParsingStore(Protocol):
 
 
 @runtime_checkable
+class BatchListingStore(Protocol):
+    """A store that keeps batches' manifests itself, as `PostgresStore` does (optional capability)."""
+
+    async def batch_runs(self, name: str) -> set[str]: ...
+
+
+@runtime_checkable
+class ExportingStore(Protocol):
+    """A store that can hand a run's log over and delete it in one transaction (optional; `PostgresStore`)."""
+
+    async def export_and_delete(self, run_id: str, keep: Any) -> None: ...
+
+
+@runtime_checkable
 class ArtifactStore(Protocol):
     """A store that keeps the intermediate products of runs (optional capability, log format 1.2).
 
@@ -308,6 +323,12 @@ class Capabilities:
         parsing: `read_parsed` (`ParsingStore`).
         artifacts: products and `write_artifact` (`ArtifactStore`).
         reads_many: `read_parsed_many`, `live_holders` and `where` (`ManyReadingStore`).
+        cancelling: `request_cancel`, `cancel_request`, `clear_cancel`
+            (`polyloop._log.cancel_port.CancellingStore`): a request to stop
+            reaches a run's live holder.
+        batches: `batch_runs` (`BatchListingStore`): the store keeps batches.
+        exporting: `export_and_delete` (`ExportingStore`): `archive` hands a
+            run over and deletes it in one transaction.
     """
 
     writes: frozenset[type] = frozenset()
@@ -318,6 +339,9 @@ class Capabilities:
     parsing: bool = False
     artifacts: bool = False
     reads_many: bool = False
+    cancelling: bool = False
+    batches: bool = False
+    exporting: bool = False
 
 
 # The optional record kinds, each with the protocol of a store that writes it.
@@ -354,6 +378,9 @@ def capabilities_of(store: object) -> Capabilities:
         parsing=isinstance(store, ParsingStore),
         artifacts=isinstance(store, ArtifactStore),
         reads_many=isinstance(store, ManyReadingStore),
+        cancelling=isinstance(store, CancellingStore),
+        batches=isinstance(store, BatchListingStore),
+        exporting=isinstance(store, ExportingStore),
     )
 
 

@@ -24,6 +24,7 @@ from .._recovery.plan import (
     waits_for,
 )
 from .outlook import outlook
+from .shapes import cancelled_json, resolution_json
 from .._log.records import CheckpointAccepted, Record
 from .._log.store_port import Store, capabilities_of
 
@@ -131,18 +132,8 @@ class RunReport:
             max_steps=rec.max_steps,
             tools=rec.started.config.get("tools"),
             executions=[execution_json(e) for e in rec.executions],
-            resolutions=[
-                {
-                    "result_id": r.result_id,
-                    "outcome": r.outcome,
-                    "observation": r.observation,
-                    "by": r.by,
-                    "reason": r.reason,
-                    "source": r.source,
-                    "at": r.at,
-                }
-                for r in rec.resolutions
-            ],
+            resolutions=[resolution_json(r) for r in rec.resolutions],
+            cancelled=cancelled_json(rec.finished),
             tokens=token_totals(rec),
             validity=self.validity,
             budgets=budgets_json(rec),

@@ -15,16 +15,17 @@ import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, get_args
 
 from ..stores._artifacts import read_artifact_file
 from .._log.codec import ParsedLog, parse_log
-from .._log.errors import InvalidRunIdError, RunNotFoundError, StoreError
+from .._log.errors import InvalidInputError, InvalidRunIdError, RunNotFoundError, StoreError
 from .._files import NotRegularFileError, read_regular
 from .._log.ids import check_run_id
 from .inspect import RunStatus, inspect_run
+from .selection import Choice, batch_run_ids, cause_of
 from .._log.records import Artifact
 from .._log.store_port import Capabilities, Store, capabilities_of
 from ..stores._disk import Disk
@@ -61,6 +62,13 @@ class RunSummary:
         file: the entry's name in the directory; on a PostgreSQL store,
             `postgresql://USER@HOST:PORT/DB/RUN_ID` (never a password), as
             `verify --store` names a run.
+        target: the agent target `run_started` records (None when corrupt or not recorded).
+        cause: for a finished run, what ended it beyond `reason`'s word:
+            the error of a run that ended in one, with the model's last
+            error in the provider's words; who cancelled it and why
+            (`cancelled by alice: superseded`). None for a final answer, a
+            spent step budget, and a run that did not finish (its `reason`
+            is already the sentence that says why it stopped).
 
     Not guaranteed: the summary is a snapshot; a live run may have moved on
     by the time it is read.
@@ -73,6 +81,8 @@ class RunSummary:
     updated: str | None
     reason: str
     file: str
+    target: str | None = None
+    cause: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """One object of the `ls --json` array (docs/reference/json.md)."""
@@ -84,6 +94,8 @@ class RunSummary:
             "updated": self.updated,
             "reason": self.reason,
             "file": self.file,
+            "target": self.target,
+            "cause": self.cause,
         }
 
 
@@ -192,6 +204,8 @@ def _summary(run_id: str, report: Any, file: str) -> RunSummary:
         updated=last.at if last is not None and _moment(last.at) is not None else None,
         reason=report.reason,
         file=file,
+        target=report.recovery.started.target if report.recovery is not None else None,
+        cause=cause_of(report),
     )
 
 
@@ -212,7 +226,7 @@ class _Read:
 
 
 async def _store_summaries(
-    store: Store, progress: Callable[[int, int], None] | None
+    store: Store, progress: Callable[[int, int], None] | None, batch: str | None = None
 ) -> list[RunSummary]:
     """Every run of a store with `list_runs`, judged by `inspect_run`, as a `RunSummary`.
 
@@ -222,6 +236,11 @@ async def _store_summaries(
     directory, the holder is probed before the log is read.
     """
     run_ids: list[str] = await store.list_runs()  # type: ignore[attr-defined]
+    if batch is not None:
+        if not capabilities_of(store).batches:
+            raise InvalidInputError(f"{store!r} keeps no batches")
+        named = await store.batch_runs(batch)  # type: ignore[attr-defined]
+        run_ids = [r for r in run_ids if r in named]
     batched = capabilities_of(store).reads_many
     prefix = f"postgresql://{store.where}/" if batched else ""  # type: ignore[attr-defined]
     found: list[RunSummary] = []
@@ -247,9 +266,9 @@ async def _store_summaries(
     return found
 
 
-async def _summaries_at(url: str, progress: Callable[[int, int], None] | None) -> list[RunSummary]:
+async def _summaries_at(url: str, progress: Callable[[int, int], None] | None, batch: str | None) -> list[RunSummary]:
     async with open_store(url) as store:  # type: ignore[attr-defined]
-        return await _store_summaries(store, progress)
+        return await _store_summaries(store, progress, batch)
 
 
 def _summarize_many(directory: str, names: list[str]) -> list[RunSummary]:
@@ -295,6 +314,10 @@ def list_runs(
     statuses: Iterable[str] | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    since: timedelta | str | None = None,
+    limit: int | None = None,
+    batch: str | None = None,
+    target: str | None = None,
 ) -> list[RunSummary]:
     """Summarize every run of `directory` (or of a database), most recent activity first.
 
@@ -322,13 +345,23 @@ def list_runs(
         workers: processes to use (default: one per core; 1 means in-process;
             fewer than 64 logs are always done in-process).
         progress: called with `(logs_done, logs_total)` as work completes.
+        since: keep only runs whose last record is no older than this (a
+            `timedelta`, or text such as `90s`, `15m`, `2h`, `7d`, `1h30m`).
+        limit: keep only the first `limit` runs (the most recent).
+        batch: keep only the runs of this batch (the ones its manifest
+            names; on PostgreSQL its row of `polyloop_batches`); only their
+            logs are read.
+        target: keep only runs of this agent target: the recorded one, a
+            path suffix of it (`examples/demo.py:agent`), or a shell
+            pattern (`*demo.py:*`).
 
     Returns:
         The summaries, sorted by last activity, most recent first.
 
     Raises:
         ValueError: a status in `statuses` is not one of `finished`,
-            `needs_operator`, `resumable`, `corrupt`, `active`.
+            `needs_operator`, `resumable`, `corrupt`, `active`; a negative `limit`.
+        InvalidInputError: there is no batch `batch`, or `since` is text that is not a duration.
         RuntimeError: called from a running event loop (it would block it).
         FileNotFoundError, NotADirectoryError, PermissionError: the
             directory cannot be listed.
@@ -338,25 +371,20 @@ def list_runs(
             serve (`mysql://...`).
     """
     _refuse_inside_a_loop()
-    wanted = None if statuses is None else frozenset(statuses)
-    if wanted is not None and not wanted <= set(STATUSES):
-        bad = ", ".join(sorted(wanted - set(STATUSES)))
-        raise ValueError(f"unknown status {bad}: use {', '.join(STATUSES)}")
+    chosen = Choice.make(statuses, STATUSES, since=since, limit=limit, target=target)
     where = os.fspath(directory)
     if store_kind(where) == "postgresql":
-        found = asyncio.run(_summaries_at(where, progress))
-        if wanted is not None:
-            found = [s for s in found if s.status in wanted]
-        return sorted(found, key=_sort_key)
+        return chosen.of(asyncio.run(_summaries_at(where, progress, batch)), _sort_key)
     names = _find_run_logs(directory)
+    if batch is not None:
+        named = batch_run_ids(where, batch)
+        names = [n for n in names if n[: -len(_SUFFIX)] in named]
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(names) < _IN_PROCESS_BELOW:
         found = asyncio.run(_summaries(where, names, progress, 0, len(names)))
     else:
         found = _in_pool(where, names, workers, progress)
-    if wanted is not None:
-        found = [s for s in found if s.status in wanted]
-    return sorted(found, key=_sort_key)
+    return chosen.of(found, _sort_key)
 
 
 def _refuse_inside_a_loop() -> None:

@@ -163,6 +163,6 @@ def budget_finish(s: WalkState, rec: RunFinished) -> tuple[int, str] | None:
             return 21, f"run_finished says tool_failures in a log of format 1.{s.minor}"
         if s.exhausted is None:
             return 24, "run_finished says tool_failures, but no tool spent its failure budget"
-    elif s.exhausted is not None:
+    elif s.exhausted is not None and rec.reason != "cancelled":
         return 24, f"run_finished says {rec.reason} after {s.exhausted[0]} spent its failure budget"
     return None

@@ -360,6 +360,8 @@ class Walker(WalkState):
         if bad is not None:
             return bad
         open_step = self.open_step
+        if rec.reason == "cancelled":
+            return None  # a person may end a run at any point it stopped at, an open step included
         if open_step is not None and rec.reason != "error":
             return 12, f"run_finished ({rec.reason}) while step {open_step.step} is open"
         if rec.reason == "final_answer":

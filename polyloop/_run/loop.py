@@ -55,6 +55,7 @@ from .._recovery.plan import (
     plan,
 )
 from .artifacts import Artifacts, check_artifacts
+from .cancelling import ended_by, stop_if_asked
 from .._log.records import (
     ActionResult,
     ApprovalRequest,
@@ -133,6 +134,8 @@ class _Run:
         while True:
             planned = plan(self.walker)
             if isinstance(planned, CallModel):
+                if (stopped := await stop_if_asked(self)) is not None:  # the safe point: nothing in flight
+                    return stopped
                 await self._call_model(planned, history)
             elif isinstance(planned, RunAction):
                 await self._act(planned, history)
@@ -172,7 +175,7 @@ class _Run:
     def _recorded_result(self) -> RunResult:
         f = self.walker.finished
         assert f is not None
-        return RunResult(self.run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
+        return RunResult(self.run_id, f.reason, f.result, f.steps, ended_by(f), already_finished=True)
 
     async def write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
@@ -395,9 +398,6 @@ class _Run:
             # step completes with all of them); a verified tool's result waits
             # for its verification (planner: Verify).
             await self.write(ActionResult(result_id=rid, observation=representable(observation), is_error=is_error))
-            return
-            # The step is not done until the target is read back (planner: Verify).
-            await self.write(ActionResult(result_id=rid, observation=representable(observation)))
             return
         await self.complete(step, rid, observation, is_error, tool.name, history)
 

@@ -13,11 +13,14 @@ class RunResult:
 
     Attributes:
         run_id: the run.
-        reason: `final_answer`, `max_steps`, `error` or `tool_failures` (a
-            tool failed its failure budget of times in a row; log format 1.2).
+        reason: `final_answer`, `max_steps`, `error`, `tool_failures` (a
+            tool failed its failure budget of times in a row; log format 1.2)
+            or `cancelled` (a person asked it to stop: `polyloop cancel`;
+            log format 1.3).
         text: the final answer (None unless reason is `final_answer`).
         steps: how many steps the run completed.
-        error: why it ended, when reason is `error` or `tool_failures`.
+        error: why it ended, when reason is `error` or `tool_failures`; for
+            `cancelled`, `cancelled by WHO: WHY`.
         already_finished: the run had finished before this call (nothing ran).
     """
 

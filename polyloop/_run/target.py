@@ -20,6 +20,7 @@ from .._log.ids import check_run_id
 from .hold import walked
 from .loop import _Run
 from .._recovery.plan import Finished, NeedsOperator, plan
+from .cancelling import ended_by
 from .result import RunResult
 from .resume import Resume
 from .._log.store_port import Store
@@ -239,7 +240,7 @@ async def resume_run(
         planned = plan(walker)
         if isinstance(planned, Finished) and walker.finished is not None:
             f = walker.finished
-            return RunResult(run_id, f.reason, f.result, f.steps, f.error, already_finished=True)
+            return RunResult(run_id, f.reason, f.result, f.steps, ended_by(f), already_finished=True)
         if not resume.accept_changes:  # accepted changes are weighed by Resume.open
             await check_artifacts(store, walker)
         if isinstance(planned, NeedsOperator):

@@ -43,6 +43,7 @@ from .._log.records import Record
 from .._log.store_port import EVERY_WRITE, Capabilities
 from ._aio import Syncer
 from ._disk import Disk, not_regular_problem, why
+from ._jsonl_cancel import Cancels
 from ._jsonl_write import Appends, OpenLog, drop_syncers, safe_id
 from ._lockfile import clear_and_close, name_holder, open_lock, take
 from ._lockfile import holder as lock_holder
@@ -53,7 +54,7 @@ from ._workers import DiskWorkers
 T = TypeVar("T")
 
 
-class JsonlStore(Appends, ArtifactFiles):
+class JsonlStore(Appends, ArtifactFiles, Cancels):
     """Run logs as `<directory>/<run_id>.jsonl`, one JSON record per line.
 
     The embedded default store. Safe for many concurrent runs in one event
@@ -88,7 +89,8 @@ class JsonlStore(Appends, ArtifactFiles):
     """
 
     capabilities = Capabilities(
-        writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True, artifacts=True
+        writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True, artifacts=True,
+        cancelling=True,
     )
 
     # The disk seam is private: the public signature is `JsonlStore(directory)`.

@@ -17,7 +17,7 @@ import psycopg.errors
 from .._log.errors import StoreError
 from ._pg_conn import first_line
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Any constant works; it only has to be the same in every process.
 _MIGRATION_LOCK = 0x706F6C796C6F6F70  # "polyloop"
@@ -111,7 +111,18 @@ CREATE TABLE IF NOT EXISTS polyloop_batches (
 );
 """
 
-_MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+# Requests to stop a live run (`polyloop cancel`; polyloop/stores/_pg_ops.py): one row per
+# run while its holder has not yet ended it. Not part of the log.
+_V3 = """
+CREATE TABLE IF NOT EXISTS polyloop_cancel_requests (
+    run_id     text PRIMARY KEY,
+    by_whom    text NOT NULL,
+    why        text NOT NULL,
+    at         text NOT NULL
+);
+"""
+
+_MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
 
 async def ensure_schema(conn: psycopg.AsyncConnection[Any], *, create: bool, where: str) -> None:

@@ -29,13 +29,14 @@ from ._pg_claims import Claims
 from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseClock, LeaseLostError, public_signature
+from ._pg_ops import Operations
 from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 from ._writes import RecordWrites
 
 
-class PostgresStore(RecordWrites, Claims, Queue):
+class PostgresStore(RecordWrites, Claims, Queue, Operations):
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
@@ -83,7 +84,7 @@ class PostgresStore(RecordWrites, Claims, Queue):
 
     capabilities = Capabilities(
         writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True,
-        reads_many=True,
+        reads_many=True, cancelling=True, batches=True, exporting=True,
     )
 
     def __init__(
@@ -115,6 +116,7 @@ class PostgresStore(RecordWrites, Claims, Queue):
         self._leases: dict[str, Lease] = {}
         self._clock = _clock if _clock is not None else LeaseClock()  # the holder's time (a test seam)
         self._strays: set[asyncio.Task[None]] = set()  # renewals left to unwind after a loss
+        self._cancel_seen: dict[str, tuple[float, Any]] = {}  # run -> (when looked, request): _pg_ops.py
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._conns.where!r})"

@@ -24,7 +24,7 @@ from cli_helpers import (
     tree_digest,
 )
 
-KEYS = {"run_id", "status", "waiting", "steps", "updated", "reason", "file"}
+KEYS = {"run_id", "status", "waiting", "steps", "updated", "reason", "file", "target", "cause"}
 
 
 

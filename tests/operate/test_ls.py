@@ -199,6 +199,8 @@ def test_the_json_form(tmp_path):
         "updated": T0,
         "reason": summary.reason,
         "file": "w.jsonl",
+        "target": summary.target,
+        "cause": None,
     }
     with pytest.raises(dataclasses.FrozenInstanceError):
         summary.status = "finished"  # type: ignore[misc]
