@@ -11,7 +11,7 @@ import typer
 from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
-from . import alerts, options, run_view
+from . import alerts, options, outage_view, run_view
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -75,7 +75,9 @@ def command(
     failure budget (or the log is corrupt, or the model call failed: resume
     again once fixed), 2 unknown run id, bad input, or the run is held by a
     live process, 3 needs an operator (or a crash loop), 4 the checkpoint is
-    no longer valid (an input, the logic, the configuration or a product), 130 interrupted.
+    no longer valid (an input, the logic, the configuration or a product), 5
+    stopped, resumable: the model stayed unavailable past the run's retry
+    budget (resume again later), 130 interrupted.
 
     \b
     Example:
@@ -89,7 +91,8 @@ def command(
         resume = Resume(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
         since = alerts.now()
         try:
-            result = asyncio.run(_resume(where, run_id, resume))
+            with outage_view.notices():
+                result = asyncio.run(_resume(where, run_id, resume))
         finally:
             alerts.warn_since(where, run_id, since)
         run_view.run_result(result, already=result.already_finished)

@@ -137,6 +137,10 @@ class Store(Protocol):
         """Append a person's lifting of a crash-loop stop (log format 1.2). Durable."""
         ...
 
+    # `write_run_stopped(run_id, record: RunStopped)` (log format 1.3, durable) appends a stop on
+    # a model outage. It is not part of this Protocol, so stores written before 1.3 still are
+    # `Store`s; a store without it stops such runs all the same (exit code 5), without the record.
+
     async def read_log(self, run_id: str) -> Sequence[Record]:
         """Every record of the run in order; a torn last write is not part of it."""
         ...

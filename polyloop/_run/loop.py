@@ -15,22 +15,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .._recovery.walker import Walker
 from .._log.errors import (
-    MAX_RETRY_AFTER,
     AlertError,
     ApprovalRequiredError,
-    ModelCallError,
     NeedsOperatorError,
     PolyLoopError,
     RunMismatchError,
     StoreError,
-    TransientModelError,
 )
 from .._log.ids import call_id, idempotency_key, result_id
-from .._log.model_port import ModelOutput, Usage, _History
+from .._log.model_port import _History
 from .._recovery.plan import (
     AbortAction,
     AlertStop,
@@ -69,14 +64,17 @@ from .._log.records import (
     Resolution,
     Resumed,
     RunFinished,
+    RunStopped,
     StepCompleted,
     representable,
 )
 from .._log.store_port import Store
 from .decisions import check_recorded, request_for
 from .guards import carry_out, redeliver
-from .history import assistant_turn, rebuild_history, tool_turn
+from .history import rebuild_history, tool_turn
 from .invoke import CancelledAfter, invoke, judge
+from .model_call import call_model, storable as _storable
+from .outage import Outage
 from .result import RunResult
 from .run_port import AgentPort
 from .context import ToolContext
@@ -86,15 +84,6 @@ if TYPE_CHECKING:
     from .resume import Resume
 
 # -- live execution ---------------------------------------------------------------------
-
-
-def _usage_json(usage: Any) -> dict[str, int] | None:
-    if not isinstance(usage, Usage):
-        return None
-    try:  # a model may hand over floats or strings; the log holds token counts
-        return usage.to_json()
-    except (TypeError, ValueError):
-        return None
 
 
 class _Run:
@@ -132,7 +121,11 @@ class _Run:
             Resumed: getattr(store, "write_resumed", None),
             CrashLoopAccepted: getattr(store, "write_crash_loop_accepted", None),
             Artifact: getattr(store, "write_artifact", None),
+            RunStopped: getattr(store, "write_run_stopped", None),
         }
+        # Log format 1.3 rides out outages: a transient failure never ends the run (polyloop._run.outage).
+        self.outage = Outage(self, agent.model, budget=walker.max_attempts, backoff=agent.retry_backoff,
+                             cap=agent.retry_max_delay) if walker.minor >= 3 else None
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
             if (t.guard_config() or None) != recorded and any(
@@ -149,7 +142,9 @@ class _Run:
         while True:
             nxt = plan(self.walker)
             if isinstance(nxt, CallModel):
-                await self._call_model(nxt, history)
+                refused = await self._call_model(nxt, history)
+                if refused is not None:  # the provider refused for good: asking again cannot help
+                    return await self._finish("error", None, error=refused)
             elif isinstance(nxt, RunAction):
                 await self._act(nxt, history)
             elif isinstance(nxt, ReuseResolution):
@@ -223,30 +218,9 @@ class _Run:
                 problem = self.walker.problems[-1]
                 raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
-    async def _call_model(self, nxt: CallModel, history: _History) -> None:
-        step, attempt = nxt.step, nxt.attempt
-        rid = f"s{step}-m{attempt}"
-        await self.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
-        try:
-            output = await self.agent.model.complete(history.view(), self.specs)
-            if not isinstance(output, ModelOutput):
-                raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
-        except (Exception, SystemExit) as exc:  # SystemExit: a model does not pick our exit code
-            error = representable(f"{type(exc).__name__}: {exc}")
-            spent = _usage_json(getattr(exc, "usage", None))
-            await self.write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent))
-            if attempt >= self.walker.max_attempts:
-                return  # the planner finishes the run: the budget is spent
-            if not isinstance(exc, TransientModelError):
-                raise ModelCallError(self.run_id, step, attempt, error) from exc
-            backoff = self.agent.retry_backoff * 2 ** (attempt - 1)
-            if exc.retry_after:
-                backoff = max(backoff, min(exc.retry_after, MAX_RETRY_AFTER))
-            await asyncio.sleep(backoff)
-            return
-        out = _storable(output.to_json())
-        await self.write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
-        history.append(assistant_turn(out, rid, self.walker.minor >= 2))
+    async def _call_model(self, nxt: CallModel, history: _History) -> str | None:
+        """Call the model for a step (polyloop._run.model_call); the error that ends the run, if any."""
+        return await call_model(self, self.outage, self.specs, nxt, history)
 
     async def _act(self, nxt: RunAction, history: _History) -> None:
         prepared = self._prepare(nxt)
@@ -436,11 +410,11 @@ class _Run:
 
 
 _MINOR = {"guard_check": 1, "action_result": 1, "approval_request": 2, "checkpoint_accepted": 2, "resumed": 2,
-          "crash_loop_accepted": 2}
+          "crash_loop_accepted": 2, "run_stopped": 3}
 _NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools and steps of several tool calls",
               "approval_request": "tools that wait for approval or an answer",
               "checkpoint_accepted": "accepting changes", "resumed": "counting resumes",
-              "crash_loop_accepted": "lifting a crash loop"}
+              "crash_loop_accepted": "lifting a crash loop", "run_stopped": "stopping on a model outage"}
 
 
 _PENDING = (RunAction, ContinueAction, Verify, Rollback, Reconcile)
@@ -482,19 +456,3 @@ def _first_failure(group: BaseExceptionGroup) -> BaseException:
         if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
             return e
     return flat[0]
-
-
-def _storable(value: Any) -> Any:
-    """`value` as the log will hold it: lone surrogates escaped (see `representable`).
-
-    Checked with one C-level encode first: the recursive walk is for the
-    rare value that needs it.
-    """
-    try:
-        if isinstance(value, str):
-            value.encode("utf-8")
-        else:
-            orjson.dumps(value)
-        return value
-    except (UnicodeEncodeError, TypeError):
-        return representable(value)

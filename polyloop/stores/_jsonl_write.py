@@ -119,6 +119,9 @@ class Appends:
     async def write_crash_loop_accepted(self, run_id: str, record: Any) -> None:
         await self._append_durable(run_id, encode(record))
 
+    async def write_run_stopped(self, run_id: str, record: Any) -> None:
+        await self._append_durable(run_id, encode(record))
+
     async def _append_durable(self, run_id: str, data: bytes) -> None:
         log = self._logs.get(run_id)
         if log is None:

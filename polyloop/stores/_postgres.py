@@ -211,6 +211,10 @@ class PostgresStore(Claims, Queue):
         """Append a lifted crash loop (log format 1.2); committed synchronously."""
         await self._append(run_id, record, durable=True)
 
+    async def write_run_stopped(self, run_id: str, record: Record) -> None:
+        """Append a stop on an outage (log format 1.3); committed synchronously."""
+        await self._append(run_id, record, durable=True)
+
     async def _append(self, run_id: str, record: Record, *, durable: bool) -> None:
         await self._append_many(run_id, [record], durable=durable)
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from .._log.errors import CorruptLogError, RunActiveError, RunExistsError, RunNotFoundError, SchemaVersionError
 from .._log.ids import check_product_name, check_run_id
 from .._log.records import (
+    RunStopped,
     ActionResult,
     ApprovalRequest,
     Decision,
@@ -105,6 +106,9 @@ class MemoryStore:
         self._lines(run_id).append(encode(record))
 
     async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
+        self._lines(run_id).append(encode(record))
+
+    async def write_run_stopped(self, run_id: str, record: RunStopped) -> None:
         self._lines(run_id).append(encode(record))
 
     async def write_artifact(self, run_id: str, record: Artifact) -> None:
