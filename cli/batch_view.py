@@ -31,6 +31,8 @@ def _counts_text(p: BatchProgress, *, width: int | None = None) -> str:
         f"{p.steps_per_second:.0f} steps/s, ETA {eta}; {c['finished']} finished, "
         f"{c['needs_operator']} need an operator, {failed} failed, {p.running} running, {p.queued} queued"
     )
+    if p.outage:  # the runs wait together on a model endpoint that is down: say so first
+        full = f"{p.outage}; {full}"
     if width is None or len(full) <= width:
         return full
     short = (
@@ -122,6 +124,7 @@ _ROWS = (
     ("changed", "changed line", "red"),
     ("active", "held elsewhere", "red"),
     ("interrupted", "interrupted", "yellow"),
+    ("unavailable", "model unavailable", "yellow"),
 )
 _ALWAYS = {"finished", "needs_operator", "failed", "corrupt"}
 
@@ -177,6 +180,10 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
         for command, meaning in waiting_commands(str(run.run_id), run.waiting, where):
             say(console, "    ", (command, "cyan"), (f"  # {meaning}", "dim"))
     _more(console, parked)
+    stopped = by["unavailable"]
+    for run in _listed(console, stopped, "stopped, resumable — the model was unavailable; run the batch again once it is back:"):
+        say(console, _who(run), clip(run.reason, 300))
+    _more(console, stopped)
     failed = sorted((r for s in ("failed", "active", "invalid", "changed") for r in by[s]), key=lambda r: r.line)
     for run in _listed(console, failed, "failed"):
         say(console, _who(run), (clip(run.reason, 400), "red"))

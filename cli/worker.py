@@ -28,12 +28,13 @@ _STYLE = {
     "parked": "bold yellow",
     "failed": "bold red",
     "lost": "bold red",
+    "unavailable": "bold yellow",
     "error": "bold red",
     "released": "bold",
     "recovered": "bold green",
     "warning": "yellow",
 }
-_NAME_WIDTH = 9  # the longest event name, `recovered`
+_NAME_WIDTH = 11  # the longest event name, `unavailable`
 
 Json = Annotated[
     bool,

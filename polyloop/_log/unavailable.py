@@ -42,7 +42,7 @@ class ModelUnavailableError(PolyLoopError):
         self.failures = failures
         self.since = since
         super().__init__(f"run {run_id!r} stopped, resumable: {unavailable_sentence(endpoint, error, failures, since)}; "
-                         f"resume it once the model is back: `polyloop resume {run_id}`")
+                         "resume it once the model is back")
 
 
 def unavailable_sentence(endpoint: str | None, error: str, failures: int, since: str) -> str:

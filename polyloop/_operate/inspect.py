@@ -24,6 +24,7 @@ from .._recovery.plan import (
     waits_for,
 )
 from .outlook import outlook
+from .stops import stop_reason, stopped_json
 from .._log.records import CheckpointAccepted, Record, Resolution, representable
 from .._log.store_port import HoldingStore, ParsingStore, Store
 from .._log.who import REASON, said, settled_by
@@ -132,22 +133,13 @@ class RunReport:
             max_steps=rec.max_steps,
             tools=rec.started.config.get("tools"),
             executions=[execution_json(e) for e in rec.executions],
-            resolutions=[
-                {
-                    "result_id": r.result_id,
-                    "outcome": r.outcome,
-                    "observation": r.observation,
-                    "by": r.by,
-                    "reason": r.reason,
-                    "source": r.source,
-                    "at": r.at,
-                }
-                for r in rec.resolutions
-            ],
+            resolutions=[{"result_id": r.result_id, "outcome": r.outcome, "observation": r.observation, "by": r.by,
+                          "reason": r.reason, "source": r.source, "at": r.at} for r in rec.resolutions],
             tokens=token_totals(rec),
             validity=self.validity,
             budgets=budgets_json(rec),
             overrides=[override_json(o) for o in rec.overrides],
+            stopped=stopped_json(rec.stopped),
         )
         if rec.requests:  # log format 1.2: only runs whose tool calls waited for a person
             doc["requests"] = [request_json(r) for r in rec.requests]
@@ -404,6 +396,8 @@ def _status(rec: Recovery, nxt: Next, holder: str | None) -> tuple[RunStatus, st
             f"the outcome of {e.tool} ({e.result_id}) is unknown: the process stopped "
             "after its intent and before its result, and the tool is not safe to replay"
         )
+    if rec.stopped is not None and isinstance(nxt, CallModel):
+        return "resumable", stop_reason(rec.stopped)
     if isinstance(nxt, CallModel) and nxt.after_failure:
         failed = rec.steps[nxt.step - 1].model_calls[-1].error
         return "resumable", (
