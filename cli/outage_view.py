@@ -21,25 +21,31 @@ EVERY = 0.5  # seconds between looks
 
 @contextlib.contextmanager
 def notices() -> Iterator[None]:
-    """Print outage lines on stderr for as long as the block runs."""
+    """Print outage lines on stderr for as long as the block runs (and a last look after it)."""
+    seen: dict[str, int] = {}
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(stop,), name="polyloop-outages", daemon=True)
+    watcher = threading.Thread(target=_watch, args=(stop, seen), name="polyloop-outages", daemon=True)
     watcher.start()
     try:
         yield
     finally:
         stop.set()
         watcher.join(timeout=2 * EVERY)
+        if not watcher.is_alive():
+            _look(seen, waits=False)  # a model that answered at the very end; nobody waits any more
 
 
-def _watch(stop: threading.Event) -> None:
-    seen: dict[str, int] = {}
+def _watch(stop: threading.Event, seen: dict[str, int]) -> None:
     while not stop.wait(EVERY):
-        now = {o.endpoint: o for o in model_outages()}
-        for endpoint, o in now.items():
-            if seen.get(endpoint) != o.failures:
-                seen[endpoint] = o.failures
-                say(err(), ("polyloop: ", "bold yellow"), o.sentence())
-        for endpoint in [e for e in seen if e not in now]:
-            del seen[endpoint]
-            say(err(), ("polyloop: ", "bold green"), f"the model at {endpoint} answers again")
+        _look(seen)
+
+
+def _look(seen: dict[str, int], *, waits: bool = True) -> None:
+    now = {o.endpoint: o for o in model_outages()}
+    for endpoint, o in now.items():
+        if waits and seen.get(endpoint) != o.failures:
+            seen[endpoint] = o.failures
+            say(err(), ("polyloop: ", "bold yellow"), o.sentence())
+    for endpoint in [e for e in seen if e not in now]:
+        del seen[endpoint]
+        say(err(), ("polyloop: ", "bold green"), f"the model at {endpoint} answers again")
