@@ -105,7 +105,9 @@ def command(
 
     Prints one line per claim, takeover, finish, parked run (it needs an
     operator: settle it with `polyloop mark-resolved`, then a worker claims
-    it again), failure and release; with --json one JSON object per line
+    it again), run stopped because its model stayed unavailable (it stays
+    queued; this worker claims it again after a pause, any other worker at
+    once), failure and release; with --json one JSON object per line
     (JSON lines: {"event", "run_id", "epoch", "detail"}). While the store
     cannot be reached it says so once, looks again less and less often (up
     to 10 polls, at most 30 s apart) and says when it answers again.
