@@ -25,7 +25,7 @@ from .._recovery.plan import (
 )
 from .outlook import outlook
 from .stops import stop_reason, stopped_json
-from .._log.records import CheckpointAccepted, Record, Resolution, representable
+from .._log.records import CheckpointAccepted, ModelCallResult, Record, Resolution, representable
 from .._log.store_port import HoldingStore, ParsingStore, Store
 from .._log.who import REASON, said, settled_by
 
@@ -202,8 +202,10 @@ def budgets_json(rec: Recovery) -> dict[str, Any]:
     doc = rec.budgets.to_json() if rec.budgets is not None else {"crash_loop": None, "tool_failures": []}
     done = rec.completed_steps
     view = rec.steps[done] if len(rec.steps) > done and rec.finished is None else None
-    used = len(view.model_calls) if view is not None and view.output is None else 0
-    doc["model_attempts"] = {"step": done + 1 if view is not None else None, "used": used, "limit": rec.max_attempts}
+    calls = view.model_calls if view is not None and view.output is None else ()
+    transient = sum(1 for c in calls if isinstance(c.result, ModelCallResult) and c.result.transient)
+    doc["model_attempts"] = {"step": done + 1 if view is not None else None, "used": len(calls) - transient,
+                             "limit": rec.max_attempts, "transient": transient}
     return doc
 
 
