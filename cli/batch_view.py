@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -100,12 +101,14 @@ def progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], N
     if not plain:
         yield notice
         return
-    last = [time.monotonic(), -1]  # the first line after PLAIN_EVERY: a short batch prints one
+    last: list[Any] = [time.monotonic(), -1, None]  # the first line after PLAIN_EVERY: a short batch prints one
 
     def line(p: BatchProgress) -> None:
         notice(p)
         now = time.monotonic()
-        if p.done == last[1] or (now - last[0] < PLAIN_EVERY and p.done < p.total):
+        if p.outage != last[2]:  # the runs began (or stopped) waiting on their model: say so now
+            last[2] = p.outage
+        elif p.done == last[1] or (now - last[0] < PLAIN_EVERY and p.done < p.total):
             return
         last[0], last[1] = now, p.done
         err().print(Text(f"batch: {p.done}/{p.total} settled; {_counts_text(p)}"), soft_wrap=True)
