@@ -34,7 +34,7 @@ _STYLE = {
     "recovered": "bold green",
     "warning": "yellow",
 }
-_NAME_WIDTH = 11  # the longest event name, `unavailable`
+_NAME_WIDTH = 9  # the longest event name but `unavailable` (which overflows by two)
 
 Json = Annotated[
     bool,

@@ -45,6 +45,8 @@ def apply_run_stopped(s: WalkState, rec: RunStopped, index: int) -> tuple[int, s
     if rec.attempts != spent:
         return 38, f"run_stopped counts {rec.attempts} failed attempts, step {rec.step} has {spent} since its last stop"
     s.fresh_from[rec.step] = len(st.model_calls) if st is not None else 0
+    # The resume that stopped here did not crash: it does not count towards the crash-loop budget.
+    s.idle_resumes = max(0, s.idle_resumes - 1)
     s.stops.append(rec)
     s.stop_index = index
     return None

@@ -40,16 +40,20 @@ async def call_model(
     step, attempt = nxt.step, nxt.attempt
     rid = f"s{step}-m{attempt}"
     level = await outage.admit(step) if outage is not None else 0
-    await run.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
     try:
+        await run.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
         output = await run.agent.model.complete(history.view(), specs)
         if not isinstance(output, ModelOutput):
             raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
     except (Exception, SystemExit) as exc:  # SystemExit: a model does not pick our exit code
+        if run.walker.last is None or run.walker.last.intent.result_id != rid:  # the intent never landed
+            if outage is not None:
+                outage.cancelled(level)
+            raise
         return await _failed(run, outage, exc, step, attempt, rid, level)
-    except asyncio.CancelledError:
+    except BaseException:  # cancelled (Ctrl-C): whether the endpoint is up is still unknown
         if outage is not None:
-            outage.cancelled()
+            outage.cancelled(level)
         raise
     if outage is not None:
         outage.answered()
@@ -66,14 +70,17 @@ async def _failed(
     spent = _usage_json(getattr(exc, "usage", None))
     down = outage is not None and isinstance(exc, TransientModelError) and not isinstance(
         exc, MalformedResponseError)  # an unreadable answer came from an endpoint that is up
-    await run.write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent,
-                                    transient=True if down else None))
-    if outage is not None:
+    if outage is not None:  # the endpoint's state first: the other runs on it wait on it, whatever the write does
         if down:
             assert isinstance(exc, TransientModelError)
-            await outage.failed(step, level, exc)  # raises ModelUnavailableError past the budget
-            return None
-        outage.answered()
+            outage.failed(level, exc)
+        else:
+            outage.answered()
+    await run.write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent,
+                                    transient=True if down else None))
+    if outage is not None and down:
+        await outage.spent(step)  # raises ModelUnavailableError past the budget
+        return None
     if isinstance(exc, ModelRefusedError):
         return f"the model call of step {step} failed: {exc}"
     if attempt >= run.walker.max_attempts:

@@ -51,15 +51,20 @@ class Outage:
         """The call got an answer (or a failure that is no outage): the endpoint is up."""
         self.endpoint.succeeded()
 
-    def cancelled(self) -> None:
-        self.endpoint.released()
+    def cancelled(self, level: int) -> None:
+        """The call admitted at `level` ended without a verdict: a probe (level > 0) lets another go."""
+        if level > 0:
+            self.endpoint.released()
 
-    async def failed(self, step: int, level: int, exc: TransientModelError) -> None:
-        """A transient failure, already recorded: back off, or stop once the budget is spent."""
+    def failed(self, level: int, exc: TransientModelError) -> None:
+        """A transient failure of the call admitted at `level`: the endpoint backs off."""
         delay = full_jitter(self.backoff, level + 1, self.cap)
         if exc.retry_after:
             delay = max(delay, min(exc.retry_after, self.cap))
         self.endpoint.failed(level, str(exc), delay)
+
+    async def spent(self, step: int) -> None:
+        """Stop the run (after `run_stopped`) once its transient failures of `step` spent the budget."""
         if transient_failures(self.run.walker, step) >= self.budget:
             await self._stop(step)
 

@@ -11,6 +11,7 @@ from polyloop import (
     Intent,
     ModelCallResult,
     RecordError,
+    Resumed,
     RunFinished,
     RunStarted,
     RunStopped,
@@ -23,9 +24,9 @@ from polyloop import (
 from polyloop._recovery.plan import CallModel, FinishAttempts, plan
 
 
-def S(version="1.3", max_attempts=3):
-    return RunStarted(run_id="r", goal="g", config={"max_steps": 9, "max_attempts": max_attempts, "tools": []},
-                      schema_version=version)
+def S(version="1.3", max_attempts=3, **more):
+    config = {"max_steps": 9, "max_attempts": max_attempts, "tools": [], **more}
+    return RunStarted(run_id="r", goal="g", config=config, schema_version=version)
 
 
 def failed(step, attempt, *, transient=True):
@@ -81,6 +82,16 @@ def test_a_stopped_run_is_resumable_and_says_why_until_something_is_attempted_ag
     assert later.stopped is not None and len(later.stops) == 2
     going = classify([S(), *failed(1, 1), stopped(attempts=1), *answered(1, 2)])
     assert going.stopped is None and len(going.stops) == 1
+
+
+def test_resumes_that_stop_on_an_outage_are_no_crash_loop():
+    records = [S(max_resumes_without_progress=2), *failed(1, 1), stopped(attempts=1)]
+    for attempt in range(2, 6):  # four resumes in a row, each stopped by the outage again
+        records += [Resumed(by="cron@host"), *failed(1, attempt), stopped(attempts=1)]
+    assert plan(classify(records)) == CallModel(1, 6, after_failure=True)
+    crashed = [S(max_resumes_without_progress=2), *failed(1, 1), stopped(attempts=1),
+               Resumed(by="cron@host"), Resumed(by="cron@host")]  # two resumes that died without a word
+    assert type(plan(classify(crashed))).__name__ == "CrashLoopStop"
 
 
 # -- what no correct writer writes ---------------------------------------------------------------

@@ -54,3 +54,16 @@ async def test_runs_give_up_together_once_the_endpoint_failed_their_budget_in_a_
     assert late.done() and late.result() == 3  # it is the probe
     e.failed(3, "cannot connect", 0.01)
     assert await e.admit(started + 3, 3) is None
+
+
+async def test_a_probe_cancelled_before_its_verdict_lets_another_run_probe() -> None:
+    e = Endpoint("OpenAIModel http://x", shared=True)
+    e.failed(0, "HTTP 503", 0.01)
+    await asyncio.sleep(0.02)
+    assert await e.admit(0, 5) == 1  # the probe
+    waiting = asyncio.create_task(e.admit(0, 5))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # it waits for the probe's verdict
+    e.released()  # the probe was cancelled (Ctrl-C) before an answer
+    assert await asyncio.wait_for(waiting, 1) == 1  # the next run probes instead of waiting forever
+
