@@ -11,10 +11,11 @@ import typer
 from polyloop import BatchInterrupted, BatchReport, BatchRun, run_batch
 
 from . import batch_view, options, paste, terminal
-from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, BadInput, failures
+from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, UNAVAILABLE, BadInput, failures
 from .scope import Scope
 
-_CODES = {"finished": OK, "needs_operator": NEEDS_OPERATOR, "failed": FAILURE, "interrupted": INTERRUPTED}
+_CODES = {"finished": OK, "needs_operator": NEEDS_OPERATOR, "failed": FAILURE, "interrupted": INTERRUPTED,
+          "unavailable": UNAVAILABLE}
 
 
 Target = Annotated[
@@ -99,7 +100,9 @@ def command(
     Exit: 0 every run finished, 1 some run failed (an error, a bad or
     changed line, a corrupt log, a run held elsewhere) or the database
     cannot be reached, 2 bad usage or bad input (goals file, target, flags;
-    nothing ran), 3 no failure, but some run needs an operator, 130
+    nothing ran), 3 no failure, but some run needs an operator, 5 no
+    failure and nobody waits, but some run stopped because its model stayed
+    unavailable (run the batch again to resume it), 130
     interrupted: the runs under way end the model call or action they are
     in and stop before the next, so every run stays resumable (a second
     Ctrl-C kills them mid-call instead).

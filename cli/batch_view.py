@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -31,6 +32,8 @@ def _counts_text(p: BatchProgress, *, width: int | None = None) -> str:
         f"{p.steps_per_second:.0f} steps/s, ETA {eta}; {c['finished']} finished, "
         f"{c['needs_operator']} need an operator, {failed} failed, {p.running} running, {p.queued} queued"
     )
+    if p.outage:  # the runs wait together on a model endpoint that is down: say so first
+        full = f"{p.outage}; {full}"
     if width is None or len(full) <= width:
         return full
     short = (
@@ -98,12 +101,14 @@ def progress(*, live: bool, plain: bool) -> Iterator[Callable[[BatchProgress], N
     if not plain:
         yield notice
         return
-    last = [time.monotonic(), -1]  # the first line after PLAIN_EVERY: a short batch prints one
+    last: list[Any] = [time.monotonic(), -1, None]  # the first line after PLAIN_EVERY: a short batch prints one
 
     def line(p: BatchProgress) -> None:
         notice(p)
         now = time.monotonic()
-        if p.done == last[1] or (now - last[0] < PLAIN_EVERY and p.done < p.total):
+        if p.outage != last[2]:  # the runs began (or stopped) waiting on their model: say so now
+            last[2] = p.outage
+        elif p.done == last[1] or (now - last[0] < PLAIN_EVERY and p.done < p.total):
             return
         last[0], last[1] = now, p.done
         err().print(Text(f"batch: {p.done}/{p.total} settled; {_counts_text(p)}"), soft_wrap=True)
@@ -122,6 +127,7 @@ _ROWS = (
     ("changed", "changed line", "red"),
     ("active", "held elsewhere", "red"),
     ("interrupted", "interrupted", "yellow"),
+    ("unavailable", "model unavailable", "yellow"),
 )
 _ALWAYS = {"finished", "needs_operator", "failed", "corrupt"}
 
@@ -177,6 +183,10 @@ def _next_steps(console: Console, report: BatchReport, again: str) -> None:
         for command, meaning in waiting_commands(str(run.run_id), run.waiting, where):
             say(console, "    ", (command, "cyan"), (f"  # {meaning}", "dim"))
     _more(console, parked)
+    stopped = by["unavailable"]
+    for run in _listed(console, stopped, "stopped, resumable — the model was unavailable; run the batch again once it is back:"):
+        say(console, _who(run), clip(run.reason, 300))
+    _more(console, stopped)
     failed = sorted((r for s in ("failed", "active", "invalid", "changed") for r in by[s]), key=lambda r: r.line)
     for run in _listed(console, failed, "failed"):
         say(console, _who(run), (clip(run.reason, 400), "red"))

@@ -17,6 +17,8 @@
          an alert: a failed verification that no rollback undid, or a crash loop)
     4    the checkpoint is no longer valid: an input, the logic version, the agent's
          configuration or an intermediate product changed since the run started
+    5    stopped, resumable: a dependency was unavailable (the model endpoint kept failing
+         transiently past the run's retry budget); resume tries again
     130  interrupted (Ctrl-C); the run stays resumable
 
 Every command body runs inside `failures()`, which maps the exception to its
@@ -41,6 +43,7 @@ from polyloop import (
     InvalidInputError,
     InvalidRunIdError,
     ModelCallError,
+    ModelUnavailableError,
     NeedsOperatorError,
     PolyLoopError,
     ResolutionError,
@@ -68,6 +71,7 @@ FAILURE = 1
 USAGE = 2
 NEEDS_OPERATOR = 3
 CHECKPOINT_INVALID = 4
+UNAVAILABLE = 5
 INTERRUPTED = 130
 
 
@@ -81,6 +85,7 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (CheckpointError, CHECKPOINT_INVALID),
     (CorruptLogError, FAILURE),  # and SchemaVersionError
     (ModelCallError, FAILURE),
+    (ModelUnavailableError, UNAVAILABLE),
     (StoreError, FAILURE),
     (StoreUrlError, USAGE),  # a store URL of another scheme (mysql://...): nothing was opened
     (InvalidRunIdError, USAGE),

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.text import Text
 
-from polyloop import AlertError, ApprovalRequiredError, CrashLoopError, NeedsOperatorError
+from polyloop import AlertError, ApprovalRequiredError, CrashLoopError, ModelUnavailableError, NeedsOperatorError
 
 from .paste import resume_command
 from .scope import Scope
@@ -48,6 +48,10 @@ def failure(
         print_json(_error_doc(type(exc).__name__, code, message), lines=scope.json_lines)
     if isinstance(exc, ApprovalRequiredError):
         waits_stop(exc.run_id, exc.requests, scope.directory)
+        return
+    if isinstance(exc, ModelUnavailableError):
+        say(console, ("polyloop: stopped: ", "bold yellow"), clip(message, 10_000), ": ",
+            (resume_command(exc.run_id, scope.directory), "cyan"))
         return
     if isinstance(exc, CrashLoopError):
         say(console, ("polyloop: stopped: ", "bold yellow"), clip(message, 10_000))

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from polyloop import Execution, RunReport
+from polyloop import Execution, ModelCallResult, Recovery, RunReport, StepView
 
 from .terminal import SHOWN_PROBLEMS, clip, compact, more_problems, out, safe, safe_text, say
 from .waits_view import decide_block, settle_block
@@ -50,6 +50,8 @@ def why(report: RunReport) -> str:
         return f"It cannot be resumed: {reason}."
     if report.status == "active":
         return f"It is running: {reason}."
+    if reason.startswith("stopped "):  # "stopped on an outage: ..." (log format 1.3)
+        return f"It {reason}."
     return f"It stopped: {reason}."
 
 
@@ -370,6 +372,14 @@ def _checkpoint_lines(console: Console, report: RunReport) -> None:
             spent.append("no tool failing")
         open_step = rec.steps[rec.completed_steps] if len(rec.steps) > rec.completed_steps else None
         if rec.finished is None and open_step is not None and open_step.output is None and open_step.model_calls:
-            spent.append(f"{len(open_step.model_calls)} of {rec.max_attempts} model call attempts of step {open_step.step}")
+            spent.append(_model_attempts(rec, open_step))
         field_line = "; ".join(spent)
         say(console, ("budgets   ", "bold"), field_line)
+
+
+def _model_attempts(rec: Recovery, step: StepView) -> str:
+    """The open step's model call attempts against its budget; transient ones (an outage) apart."""
+    transient = sum(1 for c in step.model_calls if isinstance(c.result, ModelCallResult) and c.result.transient)
+    used = len(step.model_calls) - transient
+    outage = f" (and {transient} failed transiently: an outage never ends a run)" if transient else ""
+    return f"{used} of {rec.max_attempts} model call attempts of step {step.step}{outage}"

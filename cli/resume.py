@@ -11,7 +11,7 @@ import typer
 from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
-from . import alerts, options, run_view
+from . import alerts, options, outage_view, run_view
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -75,7 +75,9 @@ def command(
     failure budget (or the log is corrupt, or the model call failed: resume
     again once fixed), 2 unknown run id, bad input, or the run is held by a
     live process, 3 needs an operator (or a crash loop), 4 the checkpoint is
-    no longer valid (an input, the logic, the configuration or a product), 130 interrupted.
+    no longer valid (an input, the logic, the configuration or a product), 5
+    stopped, resumable: the model stayed unavailable past the run's retry
+    budget (resume again later), 130 interrupted.
 
     \b
     Example:
@@ -87,7 +89,8 @@ def command(
         options.utf8(reason, "--reason")
         options.utf8(by, "--by")
         resume = ResumeAsked(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
-        result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines()))
+        with outage_view.notices():
+            result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines()))
         run_view.run_result(result, already=result.already_finished)
     raise typer.Exit(result_code(result.reason))
 

@@ -19,7 +19,7 @@ from polyloop import (
 )
 from polyloop.stores import open_store
 
-from . import alerts, options, paste, run_view
+from . import alerts, options, outage_view, paste, run_view
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -90,8 +90,9 @@ def command(
     Exit: 0 finished (final answer, or step budget spent), 1 the run ended in
     an error, 2 bad input (target, id, flags), 3 an unknown `never` action
     or an alert (a failed verification no rollback undid) needs an operator
-    (the mark-resolved commands are printed), 130 interrupted (the run stays
-    resumable). Every failed verification also prints an ALERT line on stderr.
+    (the mark-resolved commands are printed), 5 stopped, resumable: the model
+    stayed unavailable past the run's retry budget (resume it later), 130
+    interrupted (the run stays resumable). Every failed verification also prints an ALERT line on stderr.
 
     \b
     Example:
@@ -110,7 +111,8 @@ def command(
         scope.run_id = rid
         log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{paste.place(where)} run {rid}"
         run_view.run_begins(rid, log)
-        result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
+        with outage_view.notices():
+            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
         run_view.run_result(result)
     raise typer.Exit(result_code(result.reason))
 

@@ -13,7 +13,7 @@ from polyloop import RunNotFoundError, RunReport, WatchEvent, encode_record, wat
 from polyloop.stores import open_store
 
 from . import options, terminal, watch_view
-from .errors import BadInput, CHECKPOINT_INVALID, FAILURE, NEEDS_OPERATOR, failures, result_code
+from .errors import BadInput, CHECKPOINT_INVALID, FAILURE, NEEDS_OPERATOR, UNAVAILABLE, failures, result_code
 from .scope import Scope
 
 SCHEMA = 1  # of each `watch --json` line (docs/reference/json.md)
@@ -150,4 +150,7 @@ def ending_code(report: RunReport) -> int:
         return CHECKPOINT_INVALID
     if report.status == "needs_operator":
         return NEEDS_OPERATOR
+    rec = report.recovery
+    if report.status == "resumable" and rec is not None and rec.stopped is not None:
+        return UNAVAILABLE  # stopped on an outage: `resume` tries again
     return FAILURE

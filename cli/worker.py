@@ -28,12 +28,13 @@ _STYLE = {
     "parked": "bold yellow",
     "failed": "bold red",
     "lost": "bold red",
+    "unavailable": "bold yellow",
     "error": "bold red",
     "released": "bold",
     "recovered": "bold green",
     "warning": "yellow",
 }
-_NAME_WIDTH = 9  # the longest event name, `recovered`
+_NAME_WIDTH = 9  # the longest event name but `unavailable` (which overflows by two)
 
 Json = Annotated[
     bool,
@@ -104,7 +105,9 @@ def command(
 
     Prints one line per claim, takeover, finish, parked run (it needs an
     operator: settle it with `polyloop mark-resolved`, then a worker claims
-    it again), failure and release; with --json one JSON object per line
+    it again), run stopped because its model stayed unavailable (it stays
+    queued; this worker claims it again after a pause, any other worker at
+    once), failure and release; with --json one JSON object per line
     (JSON lines: {"event", "run_id", "epoch", "detail"}). While the store
     cannot be reached it says so once, looks again less and less often (up
     to 10 polls, at most 30 s apart) and says when it answers again.

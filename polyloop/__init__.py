@@ -46,6 +46,8 @@ from ._log.errors import (
     TargetError,
     TransientModelError,
 )
+from ._log.unavailable import ModelRefusedError, ModelUnavailableError
+from ._run.retry import ModelOutage, outages as model_outages
 from ._log.ids import check_run_id, new_run_id
 from ._operate.inspect import RunReport, inspect_run
 from ._operate.resolve import mark_resolved
@@ -70,6 +72,7 @@ from ._log.records import (
     Resolution,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 from ._log.decode import decode as decode_record
@@ -128,7 +131,10 @@ __all__ = [
     "Model",
     "ModelCallError",
     "ModelCallResult",
+    "ModelOutage",
     "ModelOutput",
+    "ModelRefusedError",
+    "ModelUnavailableError",
     "NeedsOperatorError",
     "PolyLoopError",
     "Problem",
@@ -149,6 +155,7 @@ __all__ = [
     "RunReport",
     "RunResult",
     "RunStarted",
+    "RunStopped",
     "RunSummary",
     "SCHEMA_VERSION",
     "SchemaVersionError",
@@ -184,6 +191,7 @@ __all__ = [
     "list_runs",
     "load_target",
     "mark_resolved",
+    "model_outages",
     "new_run_id",
     "not_executed",
     "resume_run",

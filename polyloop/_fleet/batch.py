@@ -267,6 +267,7 @@ class _Process:
         self.conn = Connection(mine.detach())
         self.conn.send(settings)
         self.held: dict[int, _Item] = {}
+        self.outage: str | None = None  # what its runs wait for when their model is unavailable
 
     def kill(self) -> None:
         if self.popen.poll() is None:
@@ -392,6 +393,8 @@ class _Supervisor:
             self.by_workers += 1
             if foreign:
                 self.foreign.add(entry.run_id)
+        elif kind == "outage":
+            worker.outage = message[1]
         elif kind == "fatal":
             raise TargetError(self.target, f"a worker process could not load it: {message[1]}")
 
@@ -462,6 +465,7 @@ class _Supervisor:
                 restarts=self.restarts,
                 done_by_workers=self.by_workers,
                 stopping=self.stopping,
+                outage=next((w.outage for w in self.workers if w.outage), None),
             )
         )
 

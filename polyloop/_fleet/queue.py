@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._log.errors import NeedsOperatorError, PolyLoopError, RunActiveError, StoreError
 from .._log.ids import check_run_id, new_run_id
+from .._log.unavailable import ModelUnavailableError
 from .._run.target import canonical_target, load_target
 
 if TYPE_CHECKING:
@@ -66,7 +67,10 @@ class WorkerEvent:
             lapsed), `finish`, `parked` (needs an operator), `failed` (see
             `detail`; an operator decides), `released` (the worker stopped
             before the run's next call; another worker continues it), `lost`
-            (the lease ended; another worker continues), `error` (the store
+            (the lease ended; another worker continues), `unavailable` (the
+            model stayed unavailable past the run's retry budget: the run
+            stopped, resumable, and stays queued; this worker claims it
+            again after `max_backoff` seconds, any other worker at once), `error` (the store
             failed; the run stays queued; a worker-wide one is reported once
             while the store keeps failing), `recovered` (the store answers
             again after a worker-wide `error`).
@@ -284,6 +288,10 @@ class Worker:
             return WorkerEvent("parked", rid, epoch, str(exc))
         except Draining:
             return WorkerEvent("released", rid, epoch, "the worker is stopping")
+        except ModelUnavailableError as exc:
+            # Stopped, resumable: the run stays queued, and this worker leaves it alone a while.
+            self._backoff[rid] = self._clock.monotonic() + self.max_backoff
+            return WorkerEvent("unavailable", rid, epoch, str(exc))
         except LeaseLostError as exc:
             return WorkerEvent("lost", rid, epoch, str(exc))
         except StoreError as exc:

@@ -9,15 +9,15 @@ from typing import Any, Literal
 from ..stores._url import redact_url
 
 Status = Literal[
-    "finished", "needs_operator", "failed", "corrupt", "invalid", "changed", "active", "interrupted"
+    "finished", "needs_operator", "failed", "corrupt", "invalid", "changed", "active", "interrupted", "unavailable"
 ]
 STATUSES: tuple[Status, ...] = (
-    "finished", "needs_operator", "failed", "corrupt", "invalid", "changed", "active", "interrupted"
+    "finished", "needs_operator", "failed", "corrupt", "invalid", "changed", "active", "interrupted", "unavailable"
 )
 # Statuses that make a batch fail (exit 1 on the command line).
 FAILED: frozenset[str] = frozenset({"failed", "corrupt", "invalid", "changed", "active"})
 
-Outcome = Literal["finished", "needs_operator", "failed", "interrupted"]
+Outcome = Literal["finished", "needs_operator", "failed", "interrupted", "unavailable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +32,10 @@ class BatchRun:
             ended in an error, its model call failed, or its worker process
             kept dying), `corrupt` (its log is refused), `invalid` (the line
             itself is bad), `changed` (the line differs from what the run or
-            the manifest recorded), `active` (another process holds the run)
-            or `interrupted` (Ctrl-C came first; it stays resumable).
+            the manifest recorded), `active` (another process holds the run),
+            `interrupted` (Ctrl-C came first; it stays resumable) or
+            `unavailable` (its model stayed unavailable past its retry
+            budget: stopped, resumable; running the batch again resumes it).
         steps: the run's completed steps (0 when it never started).
         reason: one sentence: why it finished, or why it stopped.
         action: what this invocation did: `started`, `resumed`, `skipped`
@@ -112,13 +114,16 @@ class BatchReport:
     @property
     def outcome(self) -> Outcome:
         """`interrupted`, else `failed` if any run failed (or is corrupt, invalid,
-        changed, active), else `needs_operator` if any waits, else `finished`."""
+        changed, active), else `needs_operator` if any waits, else `unavailable`
+        if any stopped on a model outage, else `finished`."""
         if self.interrupted:
             return "interrupted"
         if any(self.counts[s] for s in FAILED):
             return "failed"
         if self.counts["needs_operator"]:
             return "needs_operator"
+        if self.counts["unavailable"]:
+            return "unavailable"
         return "finished"
 
     def to_json(self) -> dict[str, Any]:
@@ -156,6 +161,8 @@ class BatchProgress:
         done_by_workers: runs the workers settled so far (the pace of the ETA).
         stopping: Ctrl-C came; the workers are stopping their runs (a
             second Ctrl-C kills them).
+        outage: what the workers' runs wait for, when their model is
+            unavailable (`model unavailable, retrying in 12 s ...`), else None.
     """
 
     total: int
@@ -167,6 +174,7 @@ class BatchProgress:
     restarts: int = 0
     done_by_workers: int = 0
     stopping: bool = False
+    outage: str | None = None
 
     @property
     def done(self) -> int:

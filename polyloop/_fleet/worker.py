@@ -42,7 +42,9 @@ from .._log.errors import (
     RunMismatchError,
     RunNotFoundError,
 )
+from .._log.unavailable import ModelUnavailableError, unavailable_sentence
 from .._operate.inspect import inspect_run
+from .._run.retry import outages
 from .._run.target import load_target
 from .._run.cancelling import ended_by
 from ..stores._jsonl import JsonlStore
@@ -216,9 +218,15 @@ class _Worker:
             self._send(("steps", n))
 
     async def _tick(self) -> None:
+        said: str | None = None
         while True:
             await asyncio.sleep(STEPS_EVERY)
             self._send_steps()
+            now = outages()  # the runs of this process that wait on a model endpoint, for the display
+            text = now[0].sentence() if now else None
+            if text != said:
+                said = text
+                self._send(("outage", text))
 
     async def _one(self, key: int, line: int, run_id: str, goal: str, inputs: Any, own_id: bool = False) -> None:
         deadline = time.monotonic() + self.wait_active
@@ -294,6 +302,10 @@ class _Worker:
         except CrashLoopError as exc:
             crash = {"id": run_id, "kind": "crash_loop", "tool": exc.tool, "args": None, "step": exc.step}
             return entry("needs_operator", str(exc), action, before, [crash])
+        except ModelUnavailableError as exc:  # stopped, resumable: the next invocation resumes it
+            steps = before + self.counting.steps.get(run_id, 0)
+            why = unavailable_sentence(exc.endpoint, exc.error, exc.failures, exc.since)
+            return entry("unavailable", f"stopped, resumable: {why}; run the batch again to resume it", action, steps)
         except CheckpointError as exc:  # what the line's run depends on changed since it started
             return entry("changed", str(exc), "none", before)
         except NeedsOperatorError:

@@ -29,6 +29,7 @@ from .records import (
     Resolution,
     Resumed,
     RunFinished,
+    RunStopped,
     RunStarted,
     StepCompleted,
 )
@@ -64,6 +65,7 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "output": (_DICT, True),
         "usage": (_DICT, True),
         "error": (_STR, True),
+        "transient": ((bool,), True),
         "at": (_STR, False),
     },
     StepCompleted: {
@@ -153,12 +155,22 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "sha256": (_STR, False),
         "at": (_STR, False),
     },
+    RunStopped: {
+        "cause": (_STR, False),
+        "step": (_INT, False),
+        "attempts": (_INT, False),
+        "failures": (_INT, False),
+        "error": (_STR, False),
+        "since": (_STR, False),
+        "endpoint": (_STR, True),
+        "at": (_STR, False),
+    },
 }
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
     RunStarted: {"target", "config"},
     Intent: {"tool", "args", "replay", "idempotency_key", "call"},
-    ModelCallResult: {"usage", "error"},
+    ModelCallResult: {"usage", "error", "transient"},
     StepCompleted: {"is_error", "calls"},
     RunFinished: {"error", "by", "why"},
     Resolution: {"observation", "reason", "by", "source"},
@@ -170,6 +182,7 @@ _OPTIONAL = {
     Resumed: set(),
     CrashLoopAccepted: set(),
     Artifact: set(),
+    RunStopped: {"endpoint"},
 }
 
 
@@ -322,9 +335,18 @@ def _check_artifact(v: dict[str, Any]) -> None:
         raise RecordError("artifact.sha256 is not 64 lowercase hex digits")
 
 
+def _check_run_stopped(v: dict[str, Any]) -> None:
+    if v["cause"] != "model_unavailable":
+        raise RecordError(f"run_stopped.cause {v['cause']!r} is not model_unavailable")
+    if v["step"] < 1 or v["attempts"] < 0 or v["failures"] < 1:
+        raise RecordError("run_stopped.step and .failures start at 1, .attempts at 0")
+
+
 def _check_model_call_result(v: dict[str, Any]) -> None:
     if (v["output"] is None) == (v.get("error") is None):
         raise RecordError("model_call_result has exactly one of output and error")
+    if v.get("transient") is not None and (v["transient"] is not True or v["output"] is not None):
+        raise RecordError("model_call_result.transient is true on a failed attempt, or absent")
     usage = v.get("usage")
     if usage is not None:
         for key in ("input_tokens", "output_tokens"):
@@ -364,6 +386,7 @@ _CHECKS: dict[type, Callable[[dict[str, Any]], None]] = {
     CrashLoopAccepted: _check_crash_loop_accepted,
     Artifact: _check_artifact,
     ModelCallResult: _check_model_call_result,
+    RunStopped: _check_run_stopped,
 }
 
 

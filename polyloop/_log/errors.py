@@ -22,6 +22,8 @@
     ├── ModelCallError         a step's model call failed; the run stopped, resumable
     ├── TransientModelError    raised by models: a failure worth a new attempt (429, timeout)
     │   └── MalformedResponseError  (polyloop.openai) an answer that cannot be read
+    ├── ModelRefusedError      raised by models: refused for good (401, 400, 404); the run ends
+    ├── ModelUnavailableError  the endpoint stayed down past the retry budget; stopped, resumable: exit 5
     ├── StoreError             the store could not write or read (fail closed)
     └── StoreUrlError          a store spec is a URL of a scheme PolyLoop does not serve (before any write)
 
@@ -388,12 +390,14 @@ class ResolutionError(PolyLoopError):
 
 
 class TransientModelError(PolyLoopError):
-    """Raised by a model for a failure worth retrying (rate limit, timeout, 5xx).
+    """Raised by a model for a failure worth retrying (rate limit, timeout, 5xx, overloaded).
 
     The run loop records the failed attempt and issues a new, visible attempt
-    after a backoff, up to the agent's `max_attempts` per step. The backoff is
-    at least `retry_after` seconds when the server said so (capped at
-    `MAX_RETRY_AFTER`).
+    after a backoff (exponential with full jitter, shared by the runs on one
+    endpoint: `polyloop._run.retry`), at least `retry_after` seconds when the
+    server said so (capped at `Agent.retry_max_delay`). Past the run's retry
+    budget the run stops resumable (`ModelUnavailableError`): a transient
+    failure never ends a run.
 
     Args:
         message: what failed.

@@ -32,6 +32,7 @@ SUPPORTED_MAJOR = 1
 Kind = Literal["model_call", "action", "rollback"]
 Replay = Literal["safe", "never"]
 FinishReason = Literal["final_answer", "max_steps", "error", "tool_failures", "cancelled"]
+StopCause = Literal["model_unavailable"]
 Outcome = Literal["executed", "not_executed"]
 Guard = Literal["precondition", "verify", "reconcile"]
 RollbackKind = Literal["undo", "compensate", "alert"]
@@ -102,6 +103,10 @@ class ModelCallResult:
     plus `"tool_calls": [{"name", "args"}, ...]` when the model asked for
     several calls at once (`tool_call` is then the first); when the call failed, `output` is None and `error` says why.
     `usage` is `{"input_tokens": int, "output_tokens": int}` when known.
+    `transient` (log format 1.3) is True on a failed attempt whose failure
+    was transient (the endpoint was unreachable, slow, rate limited or
+    overloaded): such failures spend the run's retry budget and stop it
+    resumable (`run_stopped`), never end it; absent otherwise.
     """
 
     TAG: ClassVar[str] = "model_call_result"
@@ -109,6 +114,7 @@ class ModelCallResult:
     output: dict[str, Any] | None
     usage: dict[str, Any] | None = None
     error: str | None = None
+    transient: bool | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -327,6 +333,34 @@ class Artifact:
     at: str = field(default_factory=utc_now)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStopped:
+    """The run stopped, resumable: a dependency stayed unavailable (log format 1.3, fsync'd).
+
+    Written when the model endpoint of `step` kept failing transiently
+    (connection refused or reset, timeout, 429, 5xx, overloaded) past the
+    run's retry budget; no `run_finished` follows, and `polyloop resume`
+    tries again with a fresh budget. `attempts` is how many model call
+    attempts of `step` failed transiently since the previous `run_stopped`
+    (0 when the run only waited on an endpoint other runs of its process
+    found down); `failures` how many calls to the endpoint had failed in a
+    row when the run gave up, counting those of other runs that share it;
+    `since` when that streak began; `error` the last failure in the
+    provider's words; `endpoint` the provider and its URL without any
+    password (None for a model that names no endpoint).
+    """
+
+    TAG: ClassVar[str] = "run_stopped"
+    cause: StopCause
+    step: int
+    attempts: int
+    failures: int
+    error: str
+    since: str
+    endpoint: str | None = None
+    at: str = field(default_factory=utc_now)
+
+
 Record = Union[
     RunStarted,
     Intent,
@@ -342,6 +376,7 @@ Record = Union[
     Resumed,
     CrashLoopAccepted,
     Artifact,
+    RunStopped,
 ]
 RECORD_TYPES: tuple[type, ...] = get_args(Record)  # every record class, in the order above
 # Records a 1.0 writer never wrote.
@@ -350,32 +385,18 @@ NEW_IN_1_1: tuple[type, ...] = (GuardCheck, ActionResult)
 NEW_IN_1_2: tuple[type, ...] = (
     ApprovalRequest, Decision, CheckpointAccepted, Resumed, CrashLoopAccepted, Artifact,
 )
+# Records a writer before 1.3 never wrote.
+NEW_IN_1_3: tuple[type, ...] = (RunStopped,)
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
-# The durability rule, written once: whether a store must make the record
-# (and every record of its run written before it) survive a crash of the
-# machine before the write returns (True), or only a crash of the process
-# (False: the run's next durable write makes it durable too, prefix
-# durability). True for what precedes an effect or a person's word and for
-# the end marker; False for results, step records and product references,
-# which the next intent (or the end marker) flushes with it. Every store
-# follows this table (`polyloop._log.store_port.Store`,
-# docs/reference/stores.md); a new record kind adds its row here.
+# The durability rule, written once (docs/reference/stores.md): True when a store must make the
+# record, and every earlier record of its run, survive a machine crash before the write returns;
+# False when surviving a process crash is enough (the run's next durable write flushes it: prefix
+# durability). A new record kind adds its row here.
 DURABLE: dict[type, bool] = {
-    RunStarted: True,
-    Intent: True,
-    ModelCallResult: False,
-    StepCompleted: False,
-    RunFinished: True,
-    Resolution: True,
-    GuardCheck: True,
-    ActionResult: False,
-    ApprovalRequest: True,
-    Decision: True,
-    CheckpointAccepted: True,
-    Resumed: True,
-    CrashLoopAccepted: True,
-    Artifact: False,
+    RunStarted: True, Intent: True, ModelCallResult: False, StepCompleted: False, RunFinished: True,
+    Resolution: True, GuardCheck: True, ActionResult: False, ApprovalRequest: True, Decision: True,
+    CheckpointAccepted: True, Resumed: True, CrashLoopAccepted: True, Artifact: False, RunStopped: True,
 }
 assert set(DURABLE) == set(RECORD_TYPES), "every record kind has its row in DURABLE"
 
@@ -436,6 +457,7 @@ def representable(value: Any) -> Any:
 # need), so the records of a step with one tool call read as they always did.
 _OMIT_NONE: dict[type, frozenset[str]] = {
     Intent: frozenset({"call"}),
+    ModelCallResult: frozenset({"transient"}),
     StepCompleted: frozenset({"calls"}),
     ApprovalRequest: frozenset({"call"}),
     RunFinished: frozenset({"by", "why"}),

@@ -23,6 +23,7 @@ from .records import (
     Resolution,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 
@@ -133,6 +134,7 @@ class Store(Protocol):
     async def write_crash_loop_accepted(self, run_id: str, record: CrashLoopAccepted) -> None:
         """Append a person's lifting of a crash-loop stop (log format 1.2)."""
         ...
+
 
     async def read_log(self, run_id: str) -> Sequence[Record]:
         """Every record of the run in order; a torn last write is not part of it."""
@@ -287,6 +289,17 @@ class CountingStore(Protocol):
 
 
 @runtime_checkable
+class StoppingStore(Protocol):
+    """A store that keeps the stop of a run on an outage (log format 1.3).
+
+    A store without it (one written before 1.3) stops such runs all the same
+    (exit code 5), without the record.
+    """
+
+    async def write_run_stopped(self, run_id: str, record: RunStopped) -> None: ...
+
+
+@runtime_checkable
 class ManyReadingStore(Protocol):
     """A store that reads many logs and their holders in one go (`polyloop ls`), and says where it is."""
 
@@ -353,6 +366,7 @@ OPTIONAL_WRITES: dict[type, type] = {
     CheckpointAccepted: CheckpointingStore,
     Resumed: CountingStore,
     CrashLoopAccepted: CountingStore,
+    RunStopped: StoppingStore,
 }
 EVERY_WRITE: frozenset[type] = frozenset(OPTIONAL_WRITES)
 
@@ -403,4 +417,5 @@ def writers_of(store: Any, can: Capabilities | None = None) -> dict[type, Any]:
         Resumed: store.write_resumed if Resumed in writes else None,
         CrashLoopAccepted: store.write_crash_loop_accepted if CrashLoopAccepted in writes else None,
         Artifact: store.write_artifact if can.artifacts else None,
+        RunStopped: store.write_run_stopped if RunStopped in writes else None,
     }

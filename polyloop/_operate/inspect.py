@@ -25,7 +25,8 @@ from .._recovery.plan import (
 )
 from .outlook import outlook
 from .shapes import cancelled_json, resolution_json
-from .._log.records import CheckpointAccepted, Record
+from .stops import stop_reason, stopped_json
+from .._log.records import CheckpointAccepted, ModelCallResult, Record
 from .._log.store_port import Store, capabilities_of
 
 RunStatus = Literal["finished", "needs_operator", "resumable", "corrupt", "active"]
@@ -138,6 +139,7 @@ class RunReport:
             validity=self.validity,
             budgets=budgets_json(rec),
             overrides=[override_json(o) for o in rec.overrides],
+            stopped=stopped_json(rec.stopped),
         )
         if rec.requests:  # log format 1.2: only runs whose tool calls waited for a person
             doc["requests"] = [request_json(r) for r in rec.requests]
@@ -200,8 +202,10 @@ def budgets_json(rec: Recovery) -> dict[str, Any]:
     doc = rec.budgets.to_json() if rec.budgets is not None else {"crash_loop": None, "tool_failures": []}
     done = rec.completed_steps
     view = rec.steps[done] if len(rec.steps) > done and rec.finished is None else None
-    used = len(view.model_calls) if view is not None and view.output is None else 0
-    doc["model_attempts"] = {"step": done + 1 if view is not None else None, "used": used, "limit": rec.max_attempts}
+    calls = view.model_calls if view is not None and view.output is None else ()
+    transient = sum(1 for c in calls if isinstance(c.result, ModelCallResult) and c.result.transient)
+    doc["model_attempts"] = {"step": done + 1 if view is not None else None, "used": len(calls) - transient,
+                             "limit": rec.max_attempts, "transient": transient}
     return doc
 
 
@@ -405,6 +409,8 @@ def _status(rec: Recovery, planned: Next, holder: str | None) -> tuple[RunStatus
             f"the outcome of {e.tool} ({e.result_id}) is unknown: the process stopped "
             "after its intent and before its result, and the tool is not safe to replay"
         )
+    if rec.stopped is not None and isinstance(planned, CallModel):
+        return "resumable", stop_reason(rec.stopped)
     if isinstance(planned, CallModel) and planned.after_failure:
         failed = rec.steps[planned.step - 1].model_calls[-1].error
         return "resumable", (

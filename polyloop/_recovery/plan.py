@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .._log.ids import result_id as derive_result_id
+from .._log.records import ModelCallResult
 from .describe import crash_loop_reason, describe, waits_for
 from .moves import (
     AbortAction,
@@ -132,8 +133,10 @@ def plan(state: Planned) -> Next:
         return CallModel(done + 1, 1)
     if view.output is None:
         calls = view.model_calls
-        if len(calls) >= state.max_attempts:
-            return FinishAttempts(view.step, len(calls))
+        # A transient failure (log format 1.3) spends the outage budget, never this one.
+        spent = sum(1 for c in calls if not (isinstance(c.result, ModelCallResult) and c.result.transient))
+        if spent >= state.max_attempts:
+            return FinishAttempts(view.step, spent)
         return CallModel(view.step, len(calls) + 1, after_failure=calls[-1].error is not None)
     if view.calls is not None:
         calls = tool_calls_of(view.output)

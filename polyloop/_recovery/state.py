@@ -31,6 +31,7 @@ from .._log.records import (
     Resolution,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 
@@ -400,6 +401,18 @@ class WalkState:
         self.exhausted: tuple[str, int] | None = None
         # The latest reference per product name, in the order names first appeared.
         self.artifacts: dict[str, Artifact] = {}
+        # Outages (log format 1.3): every `run_stopped`, and per step the model call
+        # attempts made before its latest one (a stop gives the step a fresh budget).
+        self.stops: list[RunStopped] = []
+        self.stop_index = -1
+        self.fresh_from: dict[int, int] = {}
+
+    @property
+    def stopped(self) -> RunStopped | None:
+        """The latest `run_stopped`, while nothing was attempted after it (the run is stopped by it)."""
+        if not self.stops or (self.last is not None and self.last.index > self.stop_index):
+            return None
+        return self.stops[-1]
 
     def go_live(self) -> None:
         """Mark this the run loop's own walker: from now on the crash-loop stop is not planned."""

@@ -17,6 +17,7 @@ from .._log.records import (
     Resolution,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 
@@ -124,6 +125,10 @@ class Recovery:
         budgets: how much of its retry budgets the run spent (log format 1.2).
         overrides: every `checkpoint_accepted` and `crash_loop_accepted`
             record in log order (log format 1.2).
+        stops: every `run_stopped` record in log order (log format 1.3).
+        stopped: the latest of them while nothing was attempted after it:
+            the run is stopped, resumable, because a dependency stayed
+            unavailable (None otherwise).
     """
 
     run_id: str
@@ -137,6 +142,8 @@ class Recovery:
     requests: tuple[Any, ...] = ()
     budgets: Budgets | None = None
     overrides: tuple[Any, ...] = ()
+    stops: tuple[RunStopped, ...] = ()
+    stopped: RunStopped | None = None
 
     def __repr__(self) -> str:
         # Short on purpose: a 100,000-step verdict printed in full takes seconds
@@ -273,4 +280,6 @@ def freeze(s: WalkState) -> Recovery:
                        for r in s.requests.values()),
         budgets=s.budgets,
         overrides=tuple(s.overrides),
+        stops=tuple(s.stops),
+        stopped=s.stopped if s.finished is None else None,
     )

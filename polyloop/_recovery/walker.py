@@ -47,12 +47,7 @@ from .._log.records import (
 )
 from .on_artifacts import apply_artifact
 from .on_budgets import (
-    apply_checkpoint_accepted,
-    apply_crash_loop_accepted,
-    apply_resumed,
-    budget_finish,
-    budget_intent,
-    budgets_from,
+    apply_checkpoint_accepted, apply_crash_loop_accepted, apply_resumed, budget_finish, budget_intent, budgets_from,
     step_done,
 )
 from .on_calls import call_number, calls_completed
@@ -74,6 +69,7 @@ from .on_guards import (
     rollback_intent,
 )
 from .on_keys import check_action_key
+from .on_outages import RunStopped, apply_run_stopped, check_transient
 from .state import (
     FORGOTTEN_STEP,
     NO_GUARDS,
@@ -277,6 +273,7 @@ class Walker(WalkState):
         if x.intent.kind != "model_call":
             return 4, f"model_call_result names {rec.result_id}, an action"
         x, bad = self._result_target(rec.result_id, "model_call_result")
+        bad = bad or check_transient(self, rec)
         if bad is not None:
             return bad
         assert x is not None
@@ -428,6 +425,7 @@ _APPLY: dict[type, Callable[[Walker, Any, int], Bad]] = {
     Resumed: apply_resumed,
     CrashLoopAccepted: apply_crash_loop_accepted,
     Artifact: apply_artifact,
+    RunStopped: apply_run_stopped,
 }
 
 

@@ -39,10 +39,19 @@ class Agent:
         tools: the tools the model may call (made with `@tool`).
         max_steps: the step budget; reaching it ends the run with reason `max_steps`.
         system: an optional system prompt placed first in the history.
-        max_attempts: model call attempts one step may use (across crashes,
-            transient errors and resumes) before the run ends with reason `error`.
-        retry_backoff: seconds before the first retry of a transient model
-            error; doubles with each further attempt.
+        max_attempts: model call attempts one step may use (across crashes
+            and resumes) before the run ends with reason `error`. It is also
+            the retry budget for outages: once this many transient failures
+            of a step (connection refused, timeout, 429, 5xx, overloaded)
+            came in a row in one process, the run stops resumable
+            (`run_stopped`, `ModelUnavailableError`, exit code 5) instead of
+            ending; resume gives it a fresh budget. See
+            docs/explanation/transient-failures.md.
+        retry_backoff: seconds of the first backoff after a transient model
+            failure; each further failure in a row doubles the ceiling, and the
+            delay is drawn uniformly below it (full jitter).
+        retry_max_delay: the longest backoff, in seconds, and the longest
+            `Retry-After` honoured (default 60).
         on_alert: called (sync or async) with one dict when a guarded
             action's verification fails (`"event": "verification_failed"`)
             or its rollback fails (`"rollback_failed"`), after the alert's
@@ -84,6 +93,7 @@ class Agent:
         system: str | None = None,
         max_attempts: int = 6,
         retry_backoff: float = 1.0,
+        retry_max_delay: float = 60.0,
         on_alert: Callable[[dict[str, Any]], Any] | None = None,
         approve_irreversible: bool = True,
         logic_version: str | None = None,
@@ -94,6 +104,9 @@ class Agent:
             raise TypeError("approve_irreversible must be True or False")
         _check_count("max_steps", max_steps)
         _check_count("max_attempts", max_attempts)
+        for name, delay in (("retry_backoff", retry_backoff), ("retry_max_delay", retry_max_delay)):
+            if type(delay) not in (int, float) or not 0 <= delay < float("inf"):
+                raise InvalidInputError(f"{name} must be a number of seconds, 0 or more, not {delay!r}")
         for name, value in (("max_tool_failures", max_tool_failures),
                             ("max_resumes_without_progress", max_resumes_without_progress)):
             if value is not None:
@@ -118,6 +131,7 @@ class Agent:
         self.system = system
         self.max_attempts = max_attempts
         self.retry_backoff = retry_backoff
+        self.retry_max_delay = retry_max_delay
         self.on_alert = on_alert
         self.approve_irreversible = approve_irreversible
 

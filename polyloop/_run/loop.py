@@ -15,22 +15,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .._recovery.walker import Walker
 from .._log.errors import (
-    MAX_RETRY_AFTER,
     AlertError,
     ApprovalRequiredError,
-    ModelCallError,
     NeedsOperatorError,
     PolyLoopError,
     RunMismatchError,
     StoreError,
-    TransientModelError,
 )
 from .._log.ids import call_id, idempotency_key, result_id
-from .._log.model_port import ModelOutput, Usage, _History
+from .._log.model_port import _History
 from .._recovery.plan import (
     AbortAction,
     AlertStop,
@@ -62,9 +57,7 @@ from .._log.records import (
     FinishReason,
     GuardCheck,
     Intent,
-    ModelCallResult,
     Record,
-    Resumed,
     RunFinished,
     StepCompleted,
     representable,
@@ -72,8 +65,10 @@ from .._log.records import (
 from .._log.store_port import Store, capabilities_of, writers_of
 from .decisions import check_recorded, request_for
 from .guards import carry_out, redeliver
-from .history import assistant_turn, rebuild_history, tool_turn
+from .history import rebuild_history, tool_turn
 from .invoke import CancelledAfter, invoke, judge
+from .model_call import call_model, storable as _storable
+from .outage import Outage
 from .result import RunResult
 from .run_port import AgentPort
 from .context import ToolContext
@@ -83,15 +78,6 @@ if TYPE_CHECKING:
     from .resume import Resume
 
 # -- live execution ---------------------------------------------------------------------
-
-
-def _usage_json(usage: Any) -> dict[str, int] | None:
-    if not isinstance(usage, Usage):
-        return None
-    try:  # a model may hand over floats or strings; the log holds token counts
-        return usage.to_json()
-    except (TypeError, ValueError):
-        return None
 
 
 class _Run:
@@ -118,6 +104,9 @@ class _Run:
         # (leaving alone what a `checkpoint_accepted` record accepted, also this resume's).
         self.recheck_artifacts = bool(walker.artifacts) and bool(walker.in_flight())
         self._writers = writers_of(store, can)  # None where the store lacks the capability
+        # Log format 1.3 rides out outages: a transient failure never ends the run (polyloop._run.outage).
+        self.outage = Outage(self, agent.model, budget=walker.max_attempts, backoff=agent.retry_backoff,
+                             cap=agent.retry_max_delay) if walker.minor >= 3 else None
         for t in agent.tools:
             recorded = walker.guards.get(t.name)
             if (t.guard_config() or None) != recorded and any(
@@ -136,7 +125,9 @@ class _Run:
             if isinstance(planned, CallModel):
                 if (stopped := await stop_if_asked(self)) is not None:  # the safe point: nothing in flight
                     return stopped
-                await self._call_model(planned, history)
+                refused = await self._call_model(planned, history)
+                if refused is not None:  # the provider refused for good: asking again cannot help
+                    return await self._finish("error", None, error=refused)
             elif isinstance(planned, RunAction):
                 await self._act(planned, history)
             elif isinstance(planned, ReuseResolution):
@@ -210,30 +201,9 @@ class _Run:
                 problem = self.walker.problems[-1]
                 raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
-    async def _call_model(self, planned: CallModel, history: _History) -> None:
-        step, attempt = planned.step, planned.attempt
-        rid = f"s{step}-m{attempt}"
-        await self.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
-        try:
-            output = await self.agent.model.complete(history.view(), self.specs)
-            if not isinstance(output, ModelOutput):
-                raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
-        except (Exception, SystemExit) as exc:  # SystemExit: a model does not pick our exit code
-            error = representable(f"{type(exc).__name__}: {exc}")
-            spent = _usage_json(getattr(exc, "usage", None))
-            await self.write(ModelCallResult(result_id=rid, output=None, error=error, usage=spent))
-            if attempt >= self.walker.max_attempts:
-                return  # the planner finishes the run: the budget is spent
-            if not isinstance(exc, TransientModelError):
-                raise ModelCallError(self.run_id, step, attempt, error) from exc
-            backoff = self.agent.retry_backoff * 2 ** (attempt - 1)
-            if exc.retry_after:
-                backoff = max(backoff, min(exc.retry_after, MAX_RETRY_AFTER))
-            await asyncio.sleep(backoff)
-            return
-        out = _storable(output.to_json())
-        await self.write(ModelCallResult(result_id=rid, output=out, usage=_usage_json(output.usage)))
-        history.append(assistant_turn(out, rid, self.walker.minor >= 2))
+    async def _call_model(self, planned: CallModel, history: _History) -> str | None:
+        """Call the model for a step (polyloop._run.model_call); the error that ends the run, if any."""
+        return await call_model(self, self.outage, self.specs, planned, history)
 
     async def _act(self, planned: RunAction, history: _History) -> None:
         prepared = self._prepare(planned)
@@ -420,11 +390,11 @@ class _Run:
 
 
 _MINOR = {"guard_check": 1, "action_result": 1, "approval_request": 2, "checkpoint_accepted": 2, "resumed": 2,
-          "crash_loop_accepted": 2}
+          "crash_loop_accepted": 2, "run_stopped": 3}
 _NEEDED_BY = {"guard_check": "guarded tools", "action_result": "guarded tools and steps of several tool calls",
               "approval_request": "tools that wait for approval or an answer",
               "checkpoint_accepted": "accepting changes", "resumed": "counting resumes",
-              "crash_loop_accepted": "lifting a crash loop"}
+              "crash_loop_accepted": "lifting a crash loop", "run_stopped": "stopping on a model outage"}
 
 
 _PENDING = (RunAction, ContinueAction, Verify, Rollback, Reconcile)
@@ -466,19 +436,3 @@ def _first_failure(group: BaseExceptionGroup) -> BaseException:
         if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt)):
             return e
     return flat[0]
-
-
-def _storable(value: Any) -> Any:
-    """`value` as the log will hold it: lone surrogates escaped (see `representable`).
-
-    Checked with one C-level encode first: the recursive walk is for the
-    rare value that needs it.
-    """
-    try:
-        if isinstance(value, str):
-            value.encode("utf-8")
-        else:
-            orjson.dumps(value)
-        return value
-    except (UnicodeEncodeError, TypeError):
-        return representable(value)

@@ -3,7 +3,9 @@
 The official `openai` and `anthropic` SDKs raise errors of the same shape
 (`APITimeoutError`, `APIConnectionError`, `APIStatusError` with `status_code`,
 `response` and `body`), so one mapping onto `TransientModelError`
-(`model_failure`) serves both; neither SDK is imported here.
+(`model_failure`) serves both; neither SDK is imported here. A hosted
+model names its `endpoint` (provider and URL), so the runs of a process
+that share it share one backoff (`polyloop._run.retry`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from .answer import MAX_ANSWER_BYTES, MalformedResponseError, decode_answer
 from .._log.errors import TransientModelError
+from .._log.unavailable import ModelRefusedError
 from .._log.model_port import Message
 
 
@@ -37,19 +40,23 @@ def model_failure(
     timeout: float,
     retryable: tuple[int, ...] = (408, 409, 429),
     permanent: Callable[[Any], bool] = lambda exc: False,
-) -> TransientModelError | None:
-    """What a failed model request is: a `TransientModelError`, or None (let it propagate).
+) -> TransientModelError | ModelRefusedError | None:
+    """What a failed model request is: transient, refused for good, or None (let it propagate).
 
-    The one place a request's failure is classified. Transient (a failed
-    attempt, asked again as a new attempt): an unreadable answer (a
-    `MalformedResponseError`, returned as it is), a request that outlived
-    `timeout` seconds (whether the server still bills it is unknown), a
-    connection error or an answer that broke off, 5xx and the `retryable`
-    statuses — unless `permanent(exc)` says retrying cannot help (OpenAI's
-    429 `insufficient_quota`). Anything else (400, 401, 404, a bug) is
-    returned as None: the run stops resumable.
+    The one place a request's failure is classified. Transient (a
+    `TransientModelError`: a failed attempt, asked again as a new attempt
+    after a backoff; past the run's retry budget the run stops resumable):
+    an unreadable answer (a `MalformedResponseError`, returned as it is), a
+    request that outlived `timeout` seconds (whether the server still bills
+    it is unknown), a connection refused or reset, an answer that broke off,
+    5xx (Anthropic's 529 `overloaded_error` too) and the `retryable`
+    statuses. Refused for good (a `ModelRefusedError`: the run ends with
+    reason `error`, naming the provider's error): every other HTTP status
+    (400, 401, 403, 404, 422) and whatever `permanent(exc)` says retrying
+    cannot help (OpenAI's 429 `insufficient_quota`). Anything else (a bug)
+    is returned as None.
     """
-    if isinstance(exc, TransientModelError):
+    if isinstance(exc, (TransientModelError, ModelRefusedError)):
         return exc
     if isinstance(exc, (TimeoutError, sdk.APITimeoutError)):
         return TransientModelError(f"the request to {url} timed out (timeout={timeout:g}s)")
@@ -64,7 +71,10 @@ def model_failure(
         return None
     status = exc.status_code
     if permanent(exc) or (status not in retryable and status < 500):
-        return None
+        what = _REFUSED.get(status, "refused")
+        if permanent(exc):
+            what = "out of quota"
+        return ModelRefusedError(f"{what} (HTTP {status}) by {url}: {server_message(exc)}", status=status)
     what = {429: "rate limited", 529: "overloaded"}.get(status)
     what = what or ("server error" if status >= 500 else "try again")
     wait = retry_after(exc.response.headers)
@@ -72,6 +82,12 @@ def model_failure(
     return TransientModelError(
         f"{what} (HTTP {status}) by {url}{hint}: {server_message(exc)}", retry_after=wait
     )
+
+
+_REFUSED = {
+    400: "bad request", 401: "authentication failed", 403: "permission denied", 404: "not found (is the model name right?)",
+    413: "request too large", 422: "bad request",
+}
 
 
 def server_message(exc: Any) -> str:
@@ -167,14 +183,17 @@ class HostedModel:
             raise ValueError(f"params must not set {', '.join(clashes)}: the adapter sends those")
         self.model = name
         self.params = dict(params or {})
+        self.endpoint = ""  # set below, once the URL is known
         self.timeout = timeout
         self._api_key: str | None = None
         if client is not None:
             self._client = client.with_options(max_retries=0, timeout=timeout)
             self.base_url = str(self._client.base_url).rstrip("/")
+            self.endpoint = f"{self._kind} {public_url(self.base_url)}"
             return
         self._client = None
         self.base_url = (base_url or os.environ.get(self._url_env) or self._default_url).rstrip("/")
+        self.endpoint = f"{self._kind} {public_url(self.base_url)}"
         key = api_key or os.environ.get(self._key_env)
         if not key:
             if _host(self.base_url) == _host(self._default_url):

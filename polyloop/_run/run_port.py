@@ -28,6 +28,7 @@ class AgentPort(Protocol):
     tools: list[Tool]
     system: str | None
     retry_backoff: float
+    retry_max_delay: float
     approve_irreversible: bool
     on_alert: Callable[[dict[str, Any]], Any] | None
     logic_version: str | None

@@ -33,6 +33,7 @@ from .._log.records import (
     Resumed,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 
@@ -103,3 +104,7 @@ class RecordWrites:
     async def write_artifact(self, run_id: str, record: Artifact) -> None:
         """Append a product reference (log format 1.2), after its product is stored."""
         await self._append_records(run_id, (record,), durable=DURABLE[Artifact])
+
+    async def write_run_stopped(self, run_id: str, record: RunStopped) -> None:
+        """Append the stop of a run whose model stayed unavailable (log format 1.3)."""
+        await self._append_records(run_id, (record,), durable=DURABLE[RunStopped])

@@ -34,6 +34,7 @@ from .._log.records import (
     Resumed,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 from .._log.store_port import Store, capabilities_of
@@ -318,6 +319,30 @@ async def approval_records_round_trip(factory: StoreFactory) -> None:
     _expect(verdict.execution("s1-a1").state == "done", "the approved action should classify as done")
 
 
+async def outage_records_round_trip(factory: StoreFactory) -> None:
+    """A run stopped on a model outage (log format 1.3) reads back equal, in order, and classifies resumable.
+
+    Only for a store that offers `write_run_stopped` (a store without it
+    stops such runs all the same, without the record).
+    """
+    store = await _make(factory)
+    if RunStopped not in capabilities_of(store).writes:
+        return
+    run_id = _fresh_id("outage")
+    records: list[Record] = [RunStarted(run_id=run_id, goal="g", config={"max_steps": 3, "max_attempts": 1})]
+    records += [Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1"),
+                ModelCallResult(result_id="s1-m1", output=None, error="TransientModelError: HTTP 503", transient=True),
+                RunStopped(cause="model_unavailable", step=1, attempts=1, failures=1, error="HTTP 503",
+                           since="2026-12-03T09:00:00.000000Z", endpoint="OpenAIModel http://127.0.0.1:9/v1")]
+    for r in records[:-1]:
+        await _write(store, run_id, r)
+    await store.write_run_stopped(run_id, records[-1])  # type: ignore[attr-defined]
+    got = list(await store.read_log(run_id))
+    _expect(got == records, f"read_log returned {got!r}, expected {records!r}")
+    verdict = classify(got, run_id=run_id)
+    _expect(verdict.status == "resumable" and verdict.stopped == records[-1], "a stopped run should classify resumable")
+
+
 async def products_round_trip(factory: StoreFactory) -> None:
     """ArtifactFiles read back exactly, per run and name, and a later put replaces the earlier one.
 
@@ -384,6 +409,7 @@ PROPERTIES: tuple[Property, ...] = (
     guard_records_round_trip,
     approval_records_round_trip,
     products_round_trip,
+    outage_records_round_trip,
 )
 
 
@@ -455,3 +481,5 @@ class StoreContract:
         asyncio.run(approval_records_round_trip(store_factory))
     def test_products_round_trip(self, store_factory: StoreFactory) -> None:
         asyncio.run(products_round_trip(store_factory))
+    def test_outage_records_round_trip(self, store_factory: StoreFactory) -> None:
+        asyncio.run(outage_records_round_trip(store_factory))

@@ -50,6 +50,7 @@ def test_tags_are_the_spec_names_and_no_record_has_a_record_field():
         "approval_request", "decision",  # log format 1.2
         "checkpoint_accepted", "resumed", "crash_loop_accepted",  # log format 1.2
         "artifact",  # log format 1.2
+        "run_stopped",  # log format 1.3
     ]
     for cls in RECORD_TYPES:
         assert "record" not in {f.name for f in dataclasses.fields(cls)}

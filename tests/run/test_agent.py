@@ -398,10 +398,14 @@ def test_scripted_model_validates_and_reads_files(tmp_path):
 
 
 async def test_retry_after_and_the_usage_of_failed_attempts_are_honoured(memory, monkeypatch):
-    slept = []
+    from polyloop._run.retry import Endpoint
 
-    async def fake_sleep(seconds):
-        slept.append(seconds)
+    delays = []
+    backoff = Endpoint.failed
+
+    def no_wait(self, level, error, delay):  # record the backoff the run asked for, then wait none of it
+        delays.append(delay)
+        backoff(self, level, error, 0.0)
 
     class Limited:
         def __init__(self):
@@ -415,10 +419,10 @@ async def test_retry_after_and_the_usage_of_failed_attempts_are_honoured(memory,
                 raise TransientModelError("429", retry_after=1e9)
             return ModelOutput(text="ok")
 
-    monkeypatch.setattr("polyloop._run.loop.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr(Endpoint, "failed", no_wait)
     agent = Agent(model=Limited(), retry_backoff=0.5)
     assert (await agent.run("goal", run_id="r", store=memory)).text == "ok"
-    assert slept == [7.0, 60.0]  # the server's wish, capped
+    assert delays == [7.0, 60.0]  # the server's wish, capped at retry_max_delay
     first = classify(await memory.read_log("r")).steps[0].model_calls[0]
     assert first.result.usage == {"input_tokens": 5, "output_tokens": 0}
 

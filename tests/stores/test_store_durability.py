@@ -31,6 +31,7 @@ from polyloop._log.records import (
     Resumed,
     RunFinished,
     RunStarted,
+    RunStopped,
     StepCompleted,
 )
 from polyloop._log.store_port import Capabilities, capabilities_of, writers_of
@@ -54,6 +55,8 @@ ONE_OF_EACH = [
     Resumed(by="ann"),
     CrashLoopAccepted(resumes=3, reason="ok", by="ann"),
     Artifact(result_id="s1-a1", name="x", path="r.artifacts/x", size=0, sha256="0" * 64),
+    RunStopped(cause="model_unavailable", step=1, attempts=1, failures=1, error="HTTP 503",
+               since="2026-01-01T00:00:00Z"),
     RunFinished(reason="final_answer", result="done", steps=1),
 ]
 
@@ -68,7 +71,7 @@ def test_what_must_be_durable_is_what_the_spec_names():
     # records are not (prefix durability); the later kinds as the port documents them.
     assert {cls.TAG for cls, durable in DURABLE.items() if durable} == {
         "run_started", "intent", "run_finished", "resolution", "guard_check", "approval_request",
-        "decision", "checkpoint_accepted", "resumed", "crash_loop_accepted",
+        "decision", "checkpoint_accepted", "resumed", "crash_loop_accepted", "run_stopped",
     }
 
 

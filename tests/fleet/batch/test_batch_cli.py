@@ -34,7 +34,7 @@ def test_every_line_runs_and_the_same_command_again_skips_them(world):
     doc = json.loads(again.stdout)  # exactly one document: json.loads refuses trailing text
     assert doc["summary"] == {
         "total": 3, "finished": 3, "needs_operator": 0, "failed": 0, "corrupt": 0,
-        "invalid": 0, "changed": 0, "active": 0, "interrupted": 0,
+        "invalid": 0, "changed": 0, "active": 0, "interrupted": 0, "unavailable": 0,
     }
     assert doc["name"] == "goals" and doc["processes"] == 1 and doc["concurrency"] == 16
     assert doc["outcome"] == "finished" and doc["steps"] == 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anthropic
 import pytest
 
-from polyloop import ModelOutput, TransientModelError, ToolCall, Usage, tool
+from polyloop import ModelOutput, ModelRefusedError, TransientModelError, ToolCall, Usage, tool
 from polyloop.anthropic import AnthropicModel, MalformedResponseError
 from polyloop.testing import FakeAnthropicServer, FakeResponse
 
@@ -163,16 +164,19 @@ async def test_transient_errors(failure: FakeResponse, words: str, wait: float |
     ],
     ids=["400", "404", "403"],
 )
-async def test_permanent_errors_propagate_unchanged(failure: FakeResponse, kind: type) -> None:
+async def test_permanent_errors_are_refusals_caused_by_the_sdks_error(failure: FakeResponse, kind: type) -> None:
     with FakeAnthropicServer([failure]) as server:
-        with pytest.raises(kind):
+        with pytest.raises(ModelRefusedError, match=rf"\(HTTP {failure.status}\)") as caught:
             await _model(server).complete(HISTORY[:2], [])
+    assert isinstance(caught.value.__cause__, kind)
+    assert caught.value.status == failure.status
 
 
 async def test_a_wrong_key_is_permanent() -> None:
     with FakeAnthropicServer([FakeResponse.final("x")], api_key="right") as server:
-        with pytest.raises(anthropic.AuthenticationError):
+        with pytest.raises(ModelRefusedError, match=r"authentication failed \(HTTP 401\)") as caught:
             await _model(server).complete(HISTORY[:2], [])
+    assert isinstance(caught.value.__cause__, anthropic.AuthenticationError)
 
 
 async def test_connection_refused_and_timeouts_are_transient() -> None:
@@ -195,6 +199,7 @@ async def test_connection_refused_and_timeouts_are_transient() -> None:
 )
 async def test_the_fake_refuses_what_the_real_api_refuses(messages: list[dict[str, Any]], problem: str) -> None:
     with FakeAnthropicServer([FakeResponse.final("unused")]) as server:
-        with pytest.raises(anthropic.BadRequestError, match=problem):
+        with pytest.raises(ModelRefusedError, match=re.escape(problem)) as caught:
             await _model(server).complete(messages, [])
+    assert isinstance(caught.value.__cause__, anthropic.BadRequestError)
     assert server.remaining == 1

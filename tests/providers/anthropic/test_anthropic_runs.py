@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from polyloop import Agent, Intent, JsonlStore, ModelCallError, ModelCallResult, StepCompleted, tool
+from polyloop import Agent, Intent, JsonlStore, ModelCallResult, StepCompleted, tool
 from polyloop.anthropic import AnthropicModel
 from polyloop.testing import FakeAnthropicServer, FakeResponse
 
@@ -110,14 +110,13 @@ async def test_a_malformed_answer_is_asked_again_and_no_action_runs(tmp_path: Pa
     assert [r.observation for r in records if isinstance(r, StepCompleted)][0] == "high tide at Bergen: 14:05"
 
 
-async def test_a_permanent_error_stops_the_run_resumable(tmp_path: Path) -> None:
+async def test_a_permanent_error_ends_the_run_naming_the_providers_error(tmp_path: Path) -> None:
     store = JsonlStore(tmp_path)
-    script = [FakeResponse.error(400, "Your credit balance is too low"), FakeResponse.final("after the fix")]
+    script = [FakeResponse.error(400, "Your credit balance is too low"), FakeResponse.final("never reached")]
     with FakeAnthropicServer(script) as server:
-        with pytest.raises(ModelCallError) as caught:
-            await _agent(server).run("go", run_id="r", store=store)
-        assert isinstance(caught.value.__cause__, anthropic.BadRequestError)
+        result = await _agent(server).run("go", run_id="r", store=store)
         assert len(server.message_requests) == 1
-        result = await _agent(server).run(run_id="r", store=store)  # the cause fixed: resume
-    assert result.text == "after the fix"
-    assert [r.result_id for r in await store.read_log("r") if isinstance(r, Intent)] == ["s1-m1", "s1-m2"]
+    assert result.reason == "error"
+    assert "bad request (HTTP 400)" in (result.error or "")
+    assert "Your credit balance is too low" in (result.error or "")
+    assert [r.result_id for r in await store.read_log("r") if isinstance(r, Intent)] == ["s1-m1"]

@@ -12,8 +12,8 @@ from polyloop import (
     Agent,
     Intent,
     JsonlStore,
-    ModelCallError,
     ModelCallResult,
+    ModelUnavailableError,
     RunFinished,
     StepCompleted,
     inspect_run,
@@ -130,39 +130,37 @@ async def test_a_timeout_is_retried_as_a_new_attempt(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_unreachable_server_spends_the_attempt_budget_then_ends_the_run(tmp_path: Path) -> None:
+async def test_unreachable_server_spends_the_retry_budget_then_stops_the_run_resumable(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     model = OpenAIModel(model="m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, timeout=2)
     store = JsonlStore(tmp_path)
     agent = Agent(model=model, tools=[lookup], max_attempts=3, retry_backoff=0.01)
-    result = await agent.run("go", run_id="r", store=store)
-    assert result.reason == "error"
-    assert "failed 3 times" in (result.error or "")
-    errors = [r.error for r in await _log(store, "r") if isinstance(r, ModelCallResult)]
+    with pytest.raises(ModelUnavailableError) as caught:
+        await agent.run("go", run_id="r", store=store)
+    assert caught.value.attempts == 3 and "cannot connect" in caught.value.error
+    records = await _log(store, "r")
+    errors = [r.error for r in records if isinstance(r, ModelCallResult)]
     assert len(errors) == 3 and all("cannot connect" in (e or "") for e in errors)
+    assert not any(isinstance(r, RunFinished) for r in records)
+    assert (await inspect_run(store, "r")).status == "resumable"
 
 
 @pytest.mark.asyncio
-async def test_a_bad_key_stops_the_run_resumable_after_one_request(tmp_path: Path) -> None:
+async def test_a_bad_key_ends_the_run_naming_the_providers_error_after_one_request(tmp_path: Path) -> None:
     store = JsonlStore(tmp_path)
     with FakeOpenAIServer([FakeResponse.final("hello")], api_key=KEY) as server:
-        with pytest.raises(ModelCallError) as caught:
-            await _agent(server, api_key="wrong-key").run("go", run_id="r", store=store)
-        assert caught.value.attempt == 1
-        assert "AuthenticationError" in caught.value.error
+        result = await _agent(server, api_key="wrong-key").run("go", run_id="r", store=store)
         assert len(server.chat_requests) == 1  # not retried: a new attempt cannot fix a key
-        report = await inspect_run(store, "r")
-        assert report.status == "resumable"
-        assert "attempt 2" in report.next
-        # Fix the key and resume: a new, visible attempt finishes the run.
-        result = await _agent(server).run(run_id="r", store=store)
-    assert result.text == "hello"
+    assert result.reason == "error"
+    assert "the model call of step 1 failed: authentication failed (HTTP 401)" in (result.error or "")
+    report = await inspect_run(store, "r")
+    assert report.status == "finished"
     results = _model_results(await _log(store, "r"))
-    assert "AuthenticationError" in (results["s1-m1"].error or "")
+    assert "ModelRefusedError" in (results["s1-m1"].error or "")
+    assert results["s1-m1"].transient is None
     assert "wrong-key" not in (results["s1-m1"].error or "")
-    assert results["s1-m2"].output == {"text": "hello", "tool_call": None}
 
 
 @pytest.mark.parametrize(
@@ -175,13 +173,15 @@ async def test_a_bad_key_stops_the_run_resumable_after_one_request(tmp_path: Pat
     ids=["400", "404", "insufficient-quota"],
 )
 @pytest.mark.asyncio
-async def test_permanent_errors_are_not_retried(tmp_path: Path, failure: FakeResponse) -> None:
+async def test_permanent_errors_are_not_retried_and_end_the_run(tmp_path: Path, failure: FakeResponse) -> None:
     store = JsonlStore(tmp_path)
     with FakeOpenAIServer([failure, FakeResponse.final("never reached")]) as server:
-        with pytest.raises(ModelCallError):
-            await _agent(server).run("go", run_id="r", store=store)
+        result = await _agent(server).run("go", run_id="r", store=store)
         assert len(server.chat_requests) == 1
-    assert (await inspect_run(store, "r")).status == "resumable"
+    assert result.reason == "error"
+    assert f"(HTTP {failure.status})" in (result.error or "")
+    assert (failure.error_body or {})["message"] in (result.error or "")
+    assert (await inspect_run(store, "r")).status == "finished"
 
 
 @pytest.mark.asyncio
