@@ -53,7 +53,8 @@ def command(
     Exit: 0 the run finished (final answer or step budget); 1 it finished
     in an error, stopped unfinished (resume continues it) or its log is
     corrupt; 2 unknown run id (without --wait); 3 it waits for a person; 4
-    its checkpoint is no longer valid; 130 interrupted (Ctrl-C; the run
+    its checkpoint is no longer valid; 5 it stopped because its model stayed
+    unavailable (resume tries again); 130 interrupted (Ctrl-C; the run
     itself goes on).
 
     \b
