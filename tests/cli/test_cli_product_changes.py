@@ -83,7 +83,8 @@ def assert_refused(done: Done, run_id: str, sentence: str, *, when: str = "canno
     line = one_line_error(done) if when == "cannot resume" else done.stderr.splitlines()[-1]
     assert "Traceback" not in done.stderr
     assert f"run {run_id!r} {when}: {sentence}" in line
-    assert "new run id" in line and f"`polyloop resume {run_id} --accept-changes --reason TEXT`" in line
+    # the command names the run's place, since the run is not in the default ./runs
+    assert "new run id" in line and f"`polyloop resume {run_id} --accept-changes --reason TEXT --dir " in line
 
 
 @pytest.mark.parametrize("stop", STOPS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import asyncio
 import json
 import shlex
@@ -333,7 +335,8 @@ def test_a_crash_loop_is_settled_by_resume_accept_crash_loop():
     crash = {"id": "r-1", "kind": "crash_loop", "tool": "die", "args": None, "step": 1}
     run = BatchRun("r-1", 1, "needs_operator", 0, "it keeps dying", "resumed", (crash,))
     [(command, _)] = _settle(run, "elsewhere")
-    assert command == "polyloop resume r-1 --accept-crash-loop --reason TEXT --dir elsewhere"
+    # a directory other than the default is named by its absolute path: the command works pasted anywhere
+    assert command == f"polyloop resume r-1 --accept-crash-loop --reason TEXT --dir {os.path.abspath('elsewhere')}"
 
 
 def test_the_api_looks_where_the_command_looks(world, monkeypatch):
