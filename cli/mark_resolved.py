@@ -53,19 +53,19 @@ ObservationFile = Annotated[
 ]
 
 Reason = Annotated[
-    str | None,
-    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
+    str,
+    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded). Required.", show_default=False),
 ]
 
 
 def command(
     run_id: options.RunId,
     result_id: ResultId,
+    reason: Reason,
     executed: Executed = False,
     not_executed: NotExecuted = False,
     observation: Observation = None,
     observation_file: ObservationFile = None,
-    reason: Reason = None,
     by: options.By = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
@@ -92,7 +92,8 @@ def command(
 
     Exit: 0 recorded; 2 refused - RESULT_ID is not an unknown action, an
     alert or an unknown rollback of the run waiting for a person, the run is unknown, finished or held by a live
-    process, the flags are wrong, or --reason or --by is given blank. Nothing is written when it refuses.
+    process, the flags are wrong, --reason is missing, or --reason or --by is given blank
+    or as a bare placeholder (TEXT, NAME). Nothing is written when it refuses.
 
     \b
     Example:

@@ -94,7 +94,7 @@ def inspect(run_id: str, place: Place | None = None) -> str:
 
 def mark_resolved(run_id: str, result_id: str, *, executed: bool, place: Place | None = None) -> str:
     flag = "--executed" if executed else "--not-executed"
-    return f"polyloop mark-resolved {_q(run_id, result_id)} {flag}{where(place)}"
+    return f"polyloop mark-resolved {_q(run_id, result_id)} {flag} --reason TEXT{where(place)}"
 
 
 def settle(run_id: str, result_id: str, place: Place | None = None) -> tuple[str, str]:
