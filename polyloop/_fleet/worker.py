@@ -367,7 +367,7 @@ def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _unknown(waiting: list[dict[str, Any]]) -> str:
-    if any("-r" in str(w.get("id")) for w in waiting):  # a rollback in doubt: inspect's words name it as one
+    if any(commands.is_rollback_id(str(w.get("id"))) for w in waiting):  # a rollback in doubt: inspect's words name it as one
         return "; ".join(str(w.get("reason")) for w in waiting) + ": an operator must settle it"
     what = ", ".join(f"{w.get('tool')} ({w.get('id')})" for w in waiting) or "an action"
     return f"the outcome of {what} is unknown and its tool is not safe to replay: an operator must settle it"
