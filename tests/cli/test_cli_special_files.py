@@ -150,7 +150,7 @@ def test_a_log_that_is_not_a_regular_file_is_corrupt_for_every_command(cli, spec
     shown = cli("inspect", "g", "--json", timeout=TIMEOUT)
     assert shown.code == 0 and shown.json()["status"] == "corrupt", shown
     assert f"is {KINDS[kind]}, not a regular file" in shown.json()["reason"]
-    for argv in (["resume", "g"], ["mark-resolved", "g", "s1-a1", "--not-executed"],
+    for argv in (["resume", "g"], ["mark-resolved", "g", "s1-a1", "--not-executed", "--reason", "checked"],
                  ["approve", "g", "s1-a1", "--reason", "r", "--dir", str(cli.runs)]):
         done = cli(*argv, timeout=TIMEOUT)
         assert done.code == 1, (argv, done)
