@@ -13,7 +13,8 @@ from . import options
 from .errors import FAILURE, OK, failures
 from .paste import place
 from .scope import Scope
-from .terminal import err, out, print_json, safe_text, say
+from . import documents
+from .terminal import err, out, safe_text, say
 
 RunIds = Annotated[
     list[str] | None,
@@ -74,7 +75,7 @@ def command(
         report = asyncio.run(archive(where, to=to, run_ids=run_ids or None, finished=finished,
                                      older_than=older_than))
         if json:
-            print_json(report.to_json())
+            documents.emit(report.to_json())
         else:
             _say(report, where)
     raise typer.Exit(FAILURE if report.failed else OK)

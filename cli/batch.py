@@ -10,7 +10,7 @@ import typer
 
 from polyloop import BatchInterrupted, BatchReport, BatchRun, run_batch
 
-from . import batch_view, options, paste, terminal
+from . import batch_view, documents, options, paste, terminal
 from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, UNAVAILABLE, BadInput, failures
 from .scope import Scope
 
@@ -135,7 +135,7 @@ def command(
             target, goals_file, name, where if (directory or store_url) else None, lease
         )
         if json:
-            terminal.print_json(_json_doc(report, again))
+            documents.emit(_json_doc(report, again))
         else:
             batch_view.summary(report, again)
     raise typer.Exit(_CODES[report.outcome])
@@ -150,6 +150,7 @@ def _json_doc(report: BatchReport, again: str) -> dict:
     """The report's document, plus the commands a script can run next (the same as printed)."""
     doc = report.to_json()
     for entry, run in zip(doc["runs"], report.runs, strict=True):
-        entry["next"] = [command for command, _ in _settle(run, report.directory)]
+        # `next` is a sentence (or null) as everywhere; the commands are a list of their own.
+        entry["commands"] = [command for command, _ in _settle(run, report.directory)]
     doc["next"] = None if report.outcome == "finished" else again
     return doc

@@ -14,7 +14,8 @@ from . import options
 from .errors import FAILURE, OK, failures
 from .paste import inspect_command
 from .scope import Scope
-from .terminal import err, out, print_json, safe_text, say
+from . import documents
+from .terminal import err, out, safe_text, say
 
 Reason = Annotated[
     str,
@@ -68,7 +69,7 @@ def command(
         options.utf8(by, "--by")
         done = asyncio.run(_cancel(where, run_id, reason, by, wait, timeout))
         if json:
-            print_json(done.to_json())
+            documents.emit(done.to_json())
         else:
             _say(done, where)
     raise typer.Exit(FAILURE if wait and done.outcome == "requested" else OK)

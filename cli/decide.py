@@ -12,7 +12,7 @@ from polyloop import Recovery, RunReport
 from polyloop.for_cli import decide
 from polyloop.stores import open_store
 
-from . import options, waits_view
+from . import documents, options, waits_view
 from .complete import waiting_ids
 from .errors import BadInput, failures
 from .scope import Scope
@@ -55,6 +55,7 @@ def approve_command(
     expect_sha256: ExpectSha = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
+    json: options.Json = False,
 ) -> None:
     """Approve REQUEST_ID of run ID: resume then runs the tool call, intent first.
 
@@ -79,13 +80,13 @@ def approve_command(
       polyloop approve demo s2-a1 --reason "amount checked with finance"
       polyloop approve demo s2-a1 --reason "cap it" --args '{"amount": 100, "to": "acme"}'
     """
-    with failures(Scope(run_id=run_id)) as scope:
+    with failures(Scope(json=json, run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         _text(reason, "--reason", by)
         edited = _json_object(args) if args is not None else None
         recovery, report = asyncio.run(_run(where, "approved", run_id, request_id, reason=reason, by=by, args=edited,
                                             expect_sha256=expect_sha256))
-        waits_view.decided(run_id, request_id, recovery, report, where)
+        _show(json, run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -97,6 +98,7 @@ def deny_command(
     expect_sha256: ExpectSha = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
+    json: options.Json = False,
 ) -> None:
     """Deny REQUEST_ID of run ID: nothing of the tool call ever runs.
 
@@ -110,12 +112,12 @@ def deny_command(
     Example:
       polyloop deny demo s2-a1 --reason "not to this account"
     """
-    with failures(Scope(run_id=run_id)) as scope:
+    with failures(Scope(json=json, run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         _text(reason, "--reason", by)
         recovery, report = asyncio.run(_run(where, "denied", run_id, request_id, reason=reason, by=by,
                                             expect_sha256=expect_sha256))
-        waits_view.decided(run_id, request_id, recovery, report, where)
+        _show(json, run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -130,6 +132,7 @@ def answer_command(
     ] = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
+    json: options.Json = False,
 ) -> None:
     """Answer REQUEST_ID, a question the model asked with `ask_human` in run ID.
 
@@ -146,12 +149,12 @@ def answer_command(
     Example:
       polyloop answer demo s3-a1 "use the staging account"
     """
-    with failures(Scope(run_id=run_id)) as scope:
+    with failures(Scope(json=json, run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         _text(text, "TEXT", by)
         options.utf8(reason, "--reason")
         recovery, report = asyncio.run(_run(where, "answered", run_id, request_id, answer=text, by=by, reason=reason))
-        waits_view.decided(run_id, request_id, recovery, report, where)
+        _show(json, run_id, request_id, recovery, report, where)
     raise typer.Exit(0)
 
 
@@ -161,6 +164,17 @@ async def _run(where: str, kind: str, run_id: str, request_id: str, **kwargs: An
         # The next line is inspect's, from the log read once: the planner's move judged
         # against the checkpoint, as resume judges it.
         return settled.recovery, await settled.report(store)
+
+
+def _show(json: bool, run_id: str, request_id: str, recovery: Recovery, report: RunReport, where: str) -> None:
+    if not json:
+        waits_view.decided(run_id, request_id, recovery, report, where)
+        return
+    r = recovery.request_of(request_id)
+    d = r.decision if r is not None else None
+    assert d is not None
+    command = {"approved": "approve", "denied": "deny"}.get(d.decision, "answer")
+    documents.settled(command, report, id=request_id, decision=d.decision, by=d.by, reason=d.reason)
 
 
 def _text(value: str, flag: str, by: str | None) -> None:

@@ -9,11 +9,10 @@ import typer
 
 from polyloop import DoctorCheck, doctor
 
-from . import options, terminal
+from . import documents, options, terminal
 from .errors import FAILURE, OK, failures
 from .scope import Scope
 
-SCHEMA = 1  # of the `doctor --json` document (docs/reference/json.md)
 
 
 def command(
@@ -52,7 +51,7 @@ def command(
         checks = asyncio.run(doctor(where, target=target))
         passed = all(c.ok for c in checks)
         if json:
-            terminal.print_json({"schema": SCHEMA, "ok": passed, "checks": [c.to_json() for c in checks]})
+            documents.emit({"ok": passed, "checks": [c.to_json() for c in checks]})
         else:
             for check in checks:
                 _line(check)

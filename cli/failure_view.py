@@ -10,15 +10,11 @@ from rich.text import Text
 
 from polyloop import AlertError, ApprovalRequiredError, CrashLoopError, ModelUnavailableError, NeedsOperatorError
 
+from .documents import emit, error_doc
 from .paste import resume_command
 from .scope import Scope
-from .terminal import clip, err, print_json, safe_text, say
+from .terminal import clip, err, safe_text, say
 from .waits_view import alert_stop, needs_operator, waits_stop
-
-
-def _error_doc(kind: str, code: int, message: str) -> dict[str, Any]:
-    """The --json form of a failure (the message is exact: JSON escaping makes it safe)."""
-    return {"error": {"type": kind, "message": message, "exit_code": code}}
 
 
 def failure(
@@ -45,7 +41,8 @@ def failure(
     else:
         message = str(exc)
     if scope.json:
-        print_json(_error_doc(type(exc).__name__, code, message), lines=scope.json_lines)
+        doc = error_doc(type(exc).__name__, code, message)
+        emit((scope.document(doc["error"]) if scope.document is not None else None) or doc, lines=scope.json_lines)
     if isinstance(exc, ApprovalRequiredError):
         waits_stop(exc.run_id, exc.requests, scope.directory)
         return
@@ -72,5 +69,5 @@ def usage_error(exc: Any, *, json: bool) -> None:
     message = exc.format_message()
     hint = f" (see `{path} --help`)" if ctx is not None else ""
     if json:
-        print_json(_error_doc("UsageError", 2, message))
+        emit(error_doc("UsageError", 2, message))
     say(err(), (f"{path}: error: ", "bold red"), clip(message, 10_000), hint)

@@ -10,7 +10,7 @@ import typer
 from polyloop import RunReport, inspect_run
 from polyloop.stores import open_store
 
-from . import inspect_view, options, terminal, watch
+from . import documents, inspect_view, options, watch
 from .errors import BadInput, failures
 from .scope import Scope
 
@@ -76,7 +76,7 @@ def command(
         shown = options.step_range(steps, all_steps)
         report = asyncio.run(_inspect(where, run_id))
         if json:
-            terminal.print_json(report.to_json())
+            documents.emit(report.to_json())
         else:
             inspect_view.inspect_report(report, where, steps=shown)
     raise typer.Exit(0)

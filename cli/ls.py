@@ -10,7 +10,7 @@ import typer
 
 from polyloop import list_runs
 
-from . import logs_view, options, paste, terminal
+from . import documents, logs_view, options, paste
 from .errors import BadInput, failures
 from .scope import Scope
 
@@ -111,7 +111,7 @@ def command(
         except OSError as exc:
             raise BadInput(f"cannot list runs in {paste.place(where)}: {exc.strerror or exc}") from exc
         if json:
-            terminal.print_json([s.to_json() for s in runs])
+            documents.emit_each([s.to_json() for s in runs])
         else:
             logs_view.ls_report(runs, paste.place(where), wanted)
     raise typer.Exit(0)

@@ -38,7 +38,7 @@ The workflow, with the demo agent that ships with PolyLoop:
   POLYLOOP_DEMO_CRASH=1 polyloop demo --run-id demo
   # the process dies right after a side effect (as with kill -9, OOM, a reboot)
   polyloop inspect demo              # what happened; what resume would do next
-  polyloop mark-resolved demo s2-a1 --executed   # settle an unknown `never` action
+  polyloop mark-resolved demo s2-a1 --executed --reason "notes.txt is there"   # settle an unknown action
   polyloop resume demo               # continue where it stopped
   polyloop verify runs/              # in CI: is any log corrupt?
 

@@ -13,7 +13,7 @@ from polyloop import Recovery, RunReport
 from polyloop.for_cli import read_regular, resolve  # the library's one refusal of a FIFO, device or socket
 from polyloop.stores import open_store
 
-from . import options, waits_view
+from . import documents, options, waits_view
 from .complete import waiting_ids
 from .errors import BadInput, failures
 from .scope import Scope
@@ -53,22 +53,23 @@ ObservationFile = Annotated[
 ]
 
 Reason = Annotated[
-    str | None,
-    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded).", show_default=False),
+    str,
+    typer.Option("--reason", metavar="TEXT", help="Why you decided so (recorded). Required.", show_default=False),
 ]
 
 
 def command(
     run_id: options.RunId,
     result_id: ResultId,
+    reason: Reason,
     executed: Executed = False,
     not_executed: NotExecuted = False,
     observation: Observation = None,
     observation_file: ObservationFile = None,
-    reason: Reason = None,
     by: options.By = None,
     directory: options.Directory = None,
     store_url: options.StoreUrl = None,
+    json: options.Json = False,
 ) -> None:
     """Settle RESULT_ID, an unknown `never` action, an alert or an unknown rollback of run ID.
 
@@ -92,14 +93,16 @@ def command(
 
     Exit: 0 recorded; 2 refused - RESULT_ID is not an unknown action, an
     alert or an unknown rollback of the run waiting for a person, the run is unknown, finished or held by a live
-    process, the flags are wrong, or --reason or --by is given blank. Nothing is written when it refuses.
+    process, the flags are wrong, --reason is missing, or --reason or --by is given blank
+    or as a bare placeholder (TEXT, NAME). With --json, stdout is one
+    document: the run as `inspect --json` shows it after, and `settled`. Nothing is written when it refuses.
 
     \b
     Example:
       polyloop mark-resolved demo s2-a1 --executed --observation "wrote 188 bytes" --reason "the file is there"
       polyloop mark-resolved demo s2-a1 --not-executed --reason "no notes.txt"
     """
-    with failures(Scope(run_id=run_id)) as scope:
+    with failures(Scope(json=json, run_id=run_id)) as scope:
         scope.directory = where = options.where(directory, store_url)
         if executed and not_executed:
             raise BadInput("pass --executed or --not-executed, not both")
@@ -114,7 +117,11 @@ def command(
         options.utf8(by, "--by")
         text = _read(observation_file) if observation_file is not None else observation
         recovery, report = asyncio.run(_resolve(where, run_id, result_id, executed, text, reason, by))
-        waits_view.resolved(run_id, result_id, executed, recovery, report, where)
+        if json:
+            r = recovery.resolutions[-1]
+            documents.settled("mark-resolved", report, id=result_id, decision=r.outcome, by=r.by, reason=r.reason)
+        else:
+            waits_view.resolved(run_id, result_id, executed, recovery, report, where)
     raise typer.Exit(0)
 
 

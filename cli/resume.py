@@ -11,7 +11,7 @@ import typer
 from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
-from . import alerts, options, outage_view, run_view
+from . import alerts, documents, options, outage_view, run_view
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -46,6 +46,7 @@ def command(
         str | None,
         typer.Option("--by", metavar="NAME", help="Who accepts. Default: user@host.", show_default=False),
     ] = None,
+    json: options.Json = False,
 ) -> None:
     """Continue run ID where it stopped, re-importing the target recorded at its start.
 
@@ -76,23 +77,26 @@ def command(
     again once fixed), 2 unknown run id, bad input, or the run is held by a
     live process, 3 needs an operator (or a crash loop), 4 the checkpoint is
     no longer valid (an input, the logic, the configuration or a product), 5
-    stopped, resumable: the model stayed unavailable past the run's retry
-    budget (resume again later), 130 interrupted.
+    stopped, resumable: the model stayed unavailable past the retry budget,
+    130 interrupted. --json: one document on stdout, the run as `inspect
+    --json` shows it once the command ends, with `exit_code` and `error`.
 
     \b
     Example:
       polyloop resume demo
       polyloop resume demo --accept-changes --reason "contract v2 is the one to use"
     """
-    with failures(Scope(run_id=run_id, resumable=True)) as scope:
+    with failures(Scope(json=json, run_id=run_id, resumable=True)) as scope:
         scope.directory = where = options.where(directory, store_url)
-        options.utf8(reason, "--reason")
-        options.utf8(by, "--by")
+        if json:
+            documents.on_failure(scope, "resume", where, run_id)
+        options.utf8(reason, "--reason"), options.utf8(by, "--by")
         resume = ResumeAsked(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
-        with outage_view.notices():
+        with documents.quiet(json), outage_view.notices():
             result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines()))
-        run_view.run_result(result, already=result.already_finished)
-    raise typer.Exit(result_code(result.reason))
+            run_view.run_result(result, already=result.already_finished)
+        documents.ran(json, "resume", where, result, code := result_code(result.reason))
+    raise typer.Exit(code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from polyloop import (
 )
 from polyloop.stores import open_store
 
-from . import alerts, options, outage_view, paste, run_view
+from . import alerts, documents, options, outage_view, paste, run_view
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -76,6 +76,7 @@ def command(
     store_url: options.StoreUrl = None,
     max_steps: MaxSteps = None,
     input_files: options.Inputs = None,
+    json: options.Json = False,
 ) -> None:
     """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.
 
@@ -93,13 +94,16 @@ def command(
     (the mark-resolved commands are printed), 5 stopped, resumable: the model
     stayed unavailable past the run's retry budget (resume it later), 130
     interrupted (the run stays resumable). Every failed verification also prints an ALERT line on stderr.
+    With --json, stdout is one document: the run as `inspect --json` shows
+    it once the command ends (also when it stopped or failed), with
+    `exit_code` and `error`; everything else goes to stderr.
 
     \b
     Example:
       polyloop run examples/demo.py:agent --run-id demo --goal "write up the notes"
       polyloop run agent.py:agent --goal "review it" --input contract=data/contract.pdf
     """
-    with failures(Scope(resumable=True)) as scope:
+    with failures(Scope(json=json, resumable=True)) as scope:
         scope.directory = where = options.where(directory, store_url)
         rid = check_run_id(run_id) if run_id is not None else new_run_id()
         options.utf8(target, "TARGET")
@@ -109,12 +113,15 @@ def command(
             raise RunExistsError(rid)  # before the target is imported and an id announced
         agent = load_target(target)  # fail on a bad target before announcing a run id
         scope.run_id = rid
+        if json:
+            documents.on_failure(scope, "run", where, rid)
         log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{paste.place(where)} run {rid}"
-        run_view.run_begins(rid, log)
-        with outage_view.notices():
+        with documents.quiet(json), outage_view.notices():
+            run_view.run_begins(rid, log)
             result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
-        run_view.run_result(result)
-    raise typer.Exit(result_code(result.reason))
+            run_view.run_result(result)
+        documents.ran(json, "run", where, result, code := result_code(result.reason))
+    raise typer.Exit(code)
 
 
 async def _run(

@@ -3,7 +3,9 @@ and the renderers (which say what to do next), so neither imports the other for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -15,3 +17,6 @@ class Scope:
     directory: str | None = None
     run_id: str | None = None
     resumable: bool = False  # the command runs the run: an interruption leaves it resumable
+    # With --json, for a command that acted on a run: the document to print when it fails
+    # (the run as it stands, with the error), given the error object; None to print the error alone.
+    document: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None

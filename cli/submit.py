@@ -11,7 +11,7 @@ import typer
 
 from polyloop.stores import open_store, submit
 
-from . import options
+from . import documents, options
 from .errors import BadInput, failures
 from .scope import Scope
 
@@ -77,6 +77,7 @@ def command(
     ] = None,
     store_url: StoreUrl = None,
     directory: QueueDir = None,
+    json: options.Json = False,
 ) -> None:
     """Queue a new run of the agent at TARGET on a PostgreSQL store; prints its run id.
 
@@ -85,13 +86,14 @@ def command(
     imported once here, so a typo fails now.
 
     Exit: 0 queued, 1 the store failed, 2 bad input (target, id, a run id
-    the store already knows, no --store).
+    the store already knows, no --store). With --json, stdout is one
+    document: `{"schema", "command", "run_id", "status": "queued", "exit_code", "error"}`.
 
     \b
     Example:
       polyloop submit examples/demo.py:agent --goal "write up the notes" --store postgresql://postgres@127.0.0.1/test
     """
-    with failures(Scope()) as scope:
+    with failures(Scope(json=json)) as scope:
         options.utf8(target, "TARGET")
         options.utf8(goal, "--goal")
         store = postgres_store(store_url, directory=directory)
@@ -101,5 +103,9 @@ def command(
             async with store:
                 return await submit(store, target, goal=goal, run_id=run_id)
 
-        rid = asyncio.run(queue())
-    sys.stdout.write(rid + "\n")
+        with documents.quiet(json):  # what the agent's module prints as it is imported
+            rid = asyncio.run(queue())
+    if json:
+        documents.emit({"command": "submit", "run_id": rid, "status": "queued", "exit_code": 0, "error": None})
+    else:
+        sys.stdout.write(rid + "\n")

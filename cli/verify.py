@@ -9,7 +9,7 @@ import typer
 
 from polyloop import verify_logs
 
-from . import logs_view, options, terminal
+from . import documents, logs_view, options, terminal
 from .errors import FAILURE, OK, BadInput, failures
 from .scope import Scope
 
@@ -74,7 +74,7 @@ def command(
             except (FileNotFoundError, NotADirectoryError) as exc:
                 raise BadInput(f"cannot verify {where}: {exc}") from exc
         if json:
-            terminal.print_json(report.to_json())
+            documents.emit(report.to_json())
         else:
             logs_view.verify_report(report, strict=strict)
     raise typer.Exit(FAILURE if report.failed(strict=strict) else OK)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from polyloop import Execution, Recovery, RunReport
+from polyloop.for_cli import execution_name
 
 from .paste import decide_commands, resume_command, settle_commands
 from .terminal import clip, compact, err, out, say
@@ -16,6 +17,8 @@ from .terminal import clip, compact, err, out, say
 
 def settle_block(console: Console, run_id: str, blocking: Sequence[Execution], directory: str | None) -> None:
     for e in blocking:
+        if e.kind == "rollback":  # shown as the rollback it is, not as the call it rolls back
+            say(console, "  ", (f"{clip(execution_name(e), 200)} is in doubt", "bold"))
         say(
             console,
             "  ",
@@ -27,6 +30,8 @@ def settle_block(console: Console, run_id: str, blocking: Sequence[Execution], d
         width = len(not_executed)
         if e.state == "alert":
             said = ("  # the effect stands (add --observation TEXT)", "  # it has no effect: the model is told so")
+        elif e.kind == "rollback":
+            said = ("  # it undid the action", "  # it did not: resume runs the rollback again")
         else:
             said = ("  # it happened (add --observation TEXT: what it returned)",
                     "  # it did not happen: resume runs it again")
@@ -69,9 +74,13 @@ def needs_operator(run_id: str, blocking: Sequence[Execution], directory: str | 
     say(
         console,
         ("polyloop: stopped: ", "bold yellow"),
-        f"run {run_id} needs an operator. The outcome of the action below is unknown "
-        "(the process stopped after its intent and before its result), and its tool "
-        "is `never` replay, so resume will not guess. Check whether it happened, then:",
+        f"run {run_id} needs an operator. " + (
+            "The rollback below is in doubt (the process stopped after its intent and before its "
+            "result), and a rollback is never repeated silently. Check whether it undid the action, then:"
+            if blocking and blocking[0].kind == "rollback" else
+            "The outcome of the action below is unknown "
+            "(the process stopped after its intent and before its result), and its tool "
+            "is `never` replay, so resume will not guess. Check whether it happened, then:"),
     )
     settle_block(console, run_id, blocking, directory)
 

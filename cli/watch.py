@@ -16,7 +16,7 @@ from . import options, terminal, watch_view
 from .errors import BadInput, CHECKPOINT_INVALID, FAILURE, NEEDS_OPERATOR, UNAVAILABLE, failures, result_code
 from .scope import Scope
 
-SCHEMA = 1  # of each `watch --json` line (docs/reference/json.md)
+from .documents import SCHEMA  # of each `watch --json` line (docs/reference/json.md)
 BACKLOG = 10  # records already in the log that the first lines show (--all: every one)
 
 Wait = Annotated[

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -16,7 +15,7 @@ import typer
 
 from polyloop.stores import Worker, WorkerEvent
 
-from . import errors, paste, terminal
+from . import documents, errors, paste, terminal
 from .errors import INTERRUPTED, failures
 from .scope import Scope
 from .submit import QueueDir, StoreUrl, postgres_store
@@ -55,7 +54,7 @@ def _printer(as_json: bool, url: str):
 
     def show(event: WorkerEvent) -> None:
         if as_json:
-            sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=True) + "\n")
+            documents.emit(event.to_json(), lines=True)
             sys.stdout.flush()
             return
         # Every line's second column starts at the same place: the run id, or

@@ -13,11 +13,13 @@ from __future__ import annotations
 from ._files import read_regular
 from ._log import commands
 from ._log.commands import Place
+from ._log.names import execution_name
 from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._run.target import canonical_target
 from .stores._place import place_of
 
 __all__ = [
-    "Place", "Settled", "canonical_target", "commands", "decide", "place_of", "read_regular", "resolve",
+    "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
+    "resolve",
 ]

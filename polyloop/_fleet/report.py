@@ -40,9 +40,9 @@ class BatchRun:
         reason: one sentence: why it finished, or why it stopped.
         action: what this invocation did: `started`, `resumed`, `skipped`
             (finished or parked before) or `none`.
-        waiting: for `needs_operator`, each unknown action:
-            `{"id", "kind", "tool", "args", "step"}`; `id` is what
-            `polyloop mark-resolved` takes.
+        waiting: for `needs_operator`, what waits, as `inspect --json`'s
+            `waiting` entries: `{"id", "kind", "tool", "args", "reason"}`.
+        next: for `needs_operator`, inspect's `next` sentence; else None.
     """
 
     run_id: str | None
@@ -52,6 +52,7 @@ class BatchRun:
     reason: str
     action: str = "none"
     waiting: tuple[dict[str, Any], ...] = ()
+    next: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry of this run in `polyloop batch --json`."""
@@ -63,6 +64,7 @@ class BatchRun:
             "reason": self.reason,
             "action": self.action,
             "waiting": [dict(w) for w in self.waiting],
+            "next": self.next,
         }
 
 

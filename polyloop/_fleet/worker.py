@@ -255,8 +255,9 @@ class _Worker:
         self._send(("done", key, entry, foreign))
 
     async def _attempt(self, line: int, run_id: str, goal: str, inputs: Any, own_id: bool) -> BatchRun:
-        def entry(status: Status, reason: str, action: str, steps: int = 0, waiting: Any = ()) -> BatchRun:
-            return BatchRun(run_id, line, status, steps, reason, action, tuple(waiting))
+        def entry(status: Status, reason: str, action: str, steps: int = 0, parked: Any = None) -> BatchRun:
+            waiting, nxt = parked if parked is not None else ((), None)
+            return BatchRun(run_id, line, status, steps, reason, action, tuple(waiting), nxt)
 
         def foreign(field: str, recorded: str | None = None) -> _Foreign:
             return _Foreign(entry("changed", _mismatch(run_id, field, own_id, recorded), "none", before))
@@ -288,8 +289,8 @@ class _Worker:
                 result = RunResult(run_id, doc["reason"], doc.get("result"), before, error)
                 return _finished(run_id, line, result, "skipped", own_id)
             if status == "needs_operator":
-                why, waiting = _parked(doc)
-                return entry("needs_operator", why, "skipped", before, waiting)
+                why, *parked = _parked(doc)
+                return entry("needs_operator", why, "skipped", before, parked)
         extra = {"inputs": inputs} if inputs is not None else {}
         try:
             result = await self.agent.run(
@@ -300,8 +301,8 @@ class _Worker:
             why = "stopped before its next call (Ctrl-C); it stays resumable: run the batch again"
             return entry("interrupted", why, action, steps)
         except CrashLoopError as exc:
-            crash = {"id": run_id, "kind": "crash_loop", "tool": exc.tool, "args": None, "step": exc.step}
-            return entry("needs_operator", str(exc), action, before, [crash])
+            _, *parked = _parked((await inspect_run(self.store, run_id)).to_json())
+            return entry("needs_operator", str(exc), action, before, parked)
         except ModelUnavailableError as exc:  # stopped, resumable: the next invocation resumes it
             steps = before + self.counting.steps.get(run_id, 0)
             why = unavailable_sentence(exc.endpoint, exc.error, exc.failures, exc.since)
@@ -313,8 +314,8 @@ class _Worker:
             # read as `inspect --json` reads it, says what waits and how to settle it.
             doc = (await inspect_run(self.store, run_id)).to_json()
             steps = before + self.counting.steps.get(run_id, 0)
-            why, waiting = _parked(doc)
-            return entry("needs_operator", why, action, steps, waiting)
+            why, *parked = _parked(doc)
+            return entry("needs_operator", why, action, steps, parked)
         except CorruptLogError as exc:
             return entry("corrupt", str(exc), "none", before)
         except RunActiveError:
@@ -361,11 +362,11 @@ def _mismatch(run_id: str, field: str, own_id: bool, recorded: str | None = None
 
 
 
-def _parked(doc: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    """Why a run waits for a person and what waits, from its `inspect --json` document."""
+def _parked(doc: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:
+    """Why a run waits for a person, what waits and inspect's `next`, from its `inspect --json` document."""
     waiting = _waiting_of(doc)
     why = doc["reason"] if any(w.get("kind") != "unknown" for w in waiting) else _unknown(waiting)
-    return why, waiting
+    return why, waiting, doc.get("next")
 
 
 def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -373,7 +374,8 @@ def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
     if doc.get("waiting"):
         return [dict(w) for w in doc["waiting"]]
     return [  # documents without a `waiting` list: the open unknown `never` actions
-        {"id": e["id"], "kind": "unknown", "tool": e.get("tool"), "args": e.get("args"), "step": e.get("step")}
+        {"id": e["id"], "kind": "unknown", "tool": e.get("tool"), "args": e.get("args"),
+         "reason": f"the outcome of {e.get('tool')} ({e['id']}, step {e.get('step')}) is unknown"}
         for e in doc.get("executions", ())
         if e.get("kind") == "action" and e.get("state") == "unknown" and e.get("replay") == "never"
         and "resolution" not in e
@@ -381,6 +383,8 @@ def _waiting_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _unknown(waiting: list[dict[str, Any]]) -> str:
+    if any(commands.is_rollback_id(str(w.get("id"))) for w in waiting):  # a rollback in doubt: inspect's words name it as one
+        return "; ".join(str(w.get("reason")) for w in waiting) + ": an operator must settle it"
     what = ", ".join(f"{w.get('tool')} ({w.get('id')})" for w in waiting) or "an action"
     return f"the outcome of {what} is unknown and its tool is not safe to replay: an operator must settle it"
 

@@ -94,7 +94,7 @@ def inspect(run_id: str, place: Place | None = None) -> str:
 
 def mark_resolved(run_id: str, result_id: str, *, executed: bool, place: Place | None = None) -> str:
     flag = "--executed" if executed else "--not-executed"
-    return f"polyloop mark-resolved {_q(run_id, result_id)} {flag}{where(place)}"
+    return f"polyloop mark-resolved {_q(run_id, result_id)} {flag} --reason TEXT{where(place)}"
 
 
 def settle(run_id: str, result_id: str, place: Place | None = None) -> tuple[str, str]:
@@ -150,8 +150,16 @@ def waiting(run_id: str, waits: Sequence[Mapping[str, Any]], place: Place | None
         else:
             tool = w.get("tool")
             executed, not_executed = settle(run_id, str(w["id"]), place)
-            out += [(executed, f"{tool} happened"), (not_executed, f"{tool} did not happen")]
+            if is_rollback_id(str(w["id"])):  # the rollback is what is in doubt, not the call it rolls back
+                out += [(executed, f"the rollback undid {tool}"), (not_executed, "it did not: resume runs it again")]
+            else:
+                out += [(executed, f"{tool} happened"), (not_executed, f"{tool} did not happen")]
     return out
+
+
+def is_rollback_id(result_id: str) -> bool:
+    """Whether a result id names a rollback (`s3-r1`, `s3-c2-r1`)."""
+    return result_id.rsplit("-", 1)[-1].startswith("r")
 
 
 def batch(

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import commands
+from .names import execution_name
 
 if TYPE_CHECKING:
     from .model_port import Usage
@@ -230,7 +231,8 @@ class NeedsOperatorError(PolyLoopError):
         self.run_id = run_id
         self.executions = tuple(executions)
         parts = [
-            f"{e.tool}({_short_args(e.args)}) result id {e.result_id}" for e in self.executions
+            execution_name(e) if e.kind == "rollback" else f"{e.tool}({_short_args(e.args)}) result id {e.result_id}"
+            for e in self.executions
         ]
         ids = self.executions[0].result_id if self.executions else "RESULT_ID"
         super().__init__(

@@ -93,3 +93,4 @@ def idempotency_key(run_id: str, step: int, tool: str, args: dict, call: int | N
     what: list[object] = [run_id, step, tool, args] if call is None else [run_id, step, tool, args, call]
     digest = hashlib.sha256(orjson.dumps(what, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return f"pl-{digest[:32]}"
+

@@ -17,6 +17,13 @@ from .errors import InvalidInputError
 REASON = "the reason (--reason)"
 BY = "who decides (--by)"
 _UNSEEN = ("Cc", "Cf")  # control and format characters: nothing a reader sees as words
+# Every placeholder the command line prints (its help's metavars, and the `--reason TEXT`
+# / `--by NAME` of the commands it prints), case-sensitive as printed: pasted unedited,
+# it would put no reason and no one on the record.
+PLACEHOLDERS = frozenset({
+    "TEXT", "NAME", "ID", "RUN", "RUN_ID", "RESULT_ID", "REQUEST_ID", "DIR", "URL", "JSON", "HEX", "N", "P",
+    "PATH", "TARGET", "GOALS_FILE", "STATUS", "SECONDS", "FROM-TO", "NAME=PATH", "REASON", "[DIR]", "[TARGET]",
+})
 
 
 def default_by() -> str:
@@ -33,10 +40,14 @@ def said(value: str | None, what: str, *, required: bool = False) -> str | None:
 
     Blank is empty text, or text of nothing but whitespace and control or
     format characters (Unicode Cc and Cf: invisible, or escapes on a
-    terminal): on the record it would name no one or give no reason.
+    terminal): on the record it would name no one or give no reason. So is
+    a bare placeholder the command line prints (`TEXT`, `NAME`, any metavar
+    of its help; case-sensitive, surrounding whitespace ignored): a printed
+    command pasted without filling it in.
 
     Raises:
-        InvalidInputError: `value` is blank, not text, or None while `required`.
+        InvalidInputError: `value` is blank, a bare placeholder, not text, or
+            None while `required`.
     """
     if value is None:
         if required:
@@ -46,6 +57,20 @@ def said(value: str | None, what: str, *, required: bool = False) -> str | None:
         raise InvalidInputError(f"{what} must be text, not {type(value).__name__}")
     if all(ch.isspace() or unicodedata.category(ch) in _UNSEEN for ch in value):
         raise InvalidInputError(f"{what} is blank: give it in words (it is written to the log)")
+    return filled(value, what)
+
+
+def filled(value: str, what: str) -> str:
+    """`value`, refused when it is a bare placeholder the command line prints (`TEXT`, `NAME`, ...).
+
+    Raises:
+        InvalidInputError: `value` (surrounding whitespace ignored) is one of `PLACEHOLDERS`.
+    """
+    if value.strip() in PLACEHOLDERS:
+        raise InvalidInputError(
+            f"{what} is the placeholder {value.strip()!r} of a printed command: replace it with your own words "
+            "(it is written to the log)"
+        )
     return value
 
 

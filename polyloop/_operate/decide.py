@@ -18,7 +18,7 @@ from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
 from .._log.records import Decision, DecisionKind, args_digest, representable
 from .._log.store_port import Store, capabilities_of
-from .._log.who import REASON, said, settled_by
+from .._log.who import REASON, filled, said, settled_by
 from .resolve import Settled, settle
 
 
@@ -150,6 +150,8 @@ async def decide(
     if kind == "answered" and not isinstance(answer, str):
         raise DecisionError(run_id, request_id, "the answer must be text")
     check_run_id(run_id)
+    if kind == "answered":
+        filled(answer, "the answer (TEXT)")
     said(reason, REASON, required=kind != "answered")
     who = settled_by(by)
     if args is not None:

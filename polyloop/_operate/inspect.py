@@ -10,6 +10,7 @@ from .._run.artifacts import ArtifactCheck
 from .._recovery.walker import Execution, Recovery, Walker
 from .._log.errors import CheckpointError, CorruptLogError, Problem
 from .._log.ids import check_run_id
+from .._log.names import execution_name
 from .._run.hold import maybe_await, walk_off_loop
 from .._recovery.plan import (
     AlertStop,
@@ -157,11 +158,16 @@ def _waiting(e: Execution) -> dict[str, Any]:
             undo = "; the tool declares no undo or compensate rollback"
         reason = f"the verification of {e.tool} ({e.result_id}, step {e.step}) failed: {why}{undo}"
         return {"id": e.result_id, "kind": "alert", "tool": e.tool, "args": e.args, "reason": reason}
-    what = "the rollback of " if e.kind == "rollback" else "the outcome of "
-    reason = (
-        f"{what}{e.tool} ({e.result_id}, step {e.step}) is unknown: the process stopped after its "
-        "intent and before its result, and it is `never` replay"
-    )
+    if e.kind == "rollback":
+        reason = (
+            f"{execution_name(e)} is in doubt: the process stopped after its intent and before its "
+            "result, and a rollback is never repeated silently"
+        )
+    else:
+        reason = (
+            f"the outcome of {execution_name(e)} is unknown: the process stopped after its "
+            "intent and before its result, and it is `never` replay"
+        )
     if e.reconcile_check is not None:
         reason += f"; its reconcile could not tell: {e.reconcile_check.reason}"
     return {"id": e.result_id, "kind": "unknown", "tool": e.tool, "args": e.args, "reason": reason}

@@ -55,6 +55,9 @@ class RunSummary:
             reason that starts `not a run log:`.
         waiting: the `kind` of each entry of `RunReport.waiting`, in order
             (one per entry, so its length is how many things wait).
+        waits: the entries of `RunReport.waiting` themselves, `{"id", "kind",
+            "tool", "args", "reason"}` (`ls --json` prints them as `waiting`,
+            and the kinds as `waiting_kinds`).
         steps: completed steps (0 when corrupt).
         updated: the `at` of the log's last record, as written (ISO 8601
             UTC), or None when there is none or it is not an ISO time.
@@ -83,13 +86,17 @@ class RunSummary:
     file: str
     target: str | None = None
     cause: str | None = None
+    waits: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """One object of the `ls --json` array (docs/reference/json.md)."""
         return {
             "run_id": self.run_id,
             "status": self.status,
-            "waiting": list(self.waiting),
+            # One shape wherever `waiting` appears (inspect, run, batch, ...); the list of kinds
+            # it was before schema 1 stays as `waiting_kinds` for the scripts that read it.
+            "waiting": [dict(w) for w in self.waits],
+            "waiting_kinds": list(self.waiting),
             "steps": self.steps,
             "updated": self.updated,
             "reason": self.reason,
@@ -196,10 +203,12 @@ async def _summarize(store: JsonlStore, name: str) -> RunSummary | None:
 
 def _summary(run_id: str, report: Any, file: str) -> RunSummary:
     last = report.records[-1] if report.records else None
+    waits = report.waiting
     return RunSummary(
         run_id=run_id,
         status=report.status,
-        waiting=tuple(str(w["kind"]) for w in report.waiting),
+        waiting=tuple(str(w["kind"]) for w in waits),
+        waits=tuple(waits),
         steps=report.recovery.completed_steps if report.recovery is not None else 0,
         updated=last.at if last is not None and _moment(last.at) is not None else None,
         reason=report.reason,

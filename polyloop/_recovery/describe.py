@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._log import commands
+from .._log.names import execution_name
 
 from .moves import (
     AbortAction,
@@ -59,7 +60,7 @@ def describe(planned: Next, run_id: str) -> str:
         settle = commands.mark_resolved(run_id, e.result_id, executed=True)
         if e.kind == "rollback":
             return (
-                f"stop: the outcome of the rollback of {e.tool} ({e.result_id}, step {e.step}) is "
+                f"stop: {execution_name(e)} is in doubt: its outcome is "
                 f"unknown and a rollback is never repeated silently; settle it with `{settle}` "
                 "(it undid the action) or `--not-executed` (run it again)"
             )

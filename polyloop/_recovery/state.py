@@ -248,6 +248,11 @@ class Exec(IntentFields):
         self.of: Exec | None = None  # for a rollback: its action
 
     @property
+    def rolls_back(self) -> str | None:
+        """For a rollback, the result id of the action it rolls back (as `Execution.rolls_back`)."""
+        return self.of.intent.result_id if self.of is not None else None
+
+    @property
     def state(self) -> State:
         if not self.guards:  # the common case, kept cheap: a long log has many executions
             # (`returned`: a call of a step of several reports its outcome in an action_result)

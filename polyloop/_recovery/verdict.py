@@ -55,6 +55,8 @@ class Execution(IntentFields):
         reconcile_check: a reconcile that could not tell (`GuardCheck`), if any.
         rollbacks: its rollback executions, in order.
         guards: what `run_started` recorded about the tool's guards (None or empty: none).
+        rolls_back: for a rollback, the result id of the action it undoes or
+            compensates (None otherwise).
     """
 
     result_id: str
@@ -73,6 +75,7 @@ class Execution(IntentFields):
     reconcile_check: GuardCheck | None = None
     rollbacks: tuple[Execution, ...] = ()
     guards: dict[str, Any] | None = None
+    rolls_back: str | None = None
 
     @property
     def verdict(self) -> Resolution | None:
@@ -248,6 +251,7 @@ def freeze(s: WalkState) -> Recovery:
             reconcile_check=x.reconcile_check,
             rollbacks=tuple(frozen[id(r)] for r in x.rollbacks),
             guards=x.guards,
+            rolls_back=x.of.intent.result_id if x.of is not None else None,
         )
     views = tuple(
         StepView(

@@ -45,7 +45,7 @@ def test_a_stop_for_approval_prints_the_commands_and_inspect_lists_it(cli, tmp_p
         ("s1-a1", "approval", "pay", {"amount": 500, "to": "bob"})]
     assert doc["requests"][0]["args_sha256"] == cli.records("p")[-1]["args_sha256"]
     ls = cli("ls", "--dir", str(cli.runs), "--json").json()
-    assert ls[0]["waiting"] == ["approval"]
+    assert ls[0]["waiting_kinds"] == ["approval"] and ls[0]["waiting"][0]["kind"] == "approval"
 
 
 def test_approve_then_resume_runs_it_once(cli, tmp_path):

@@ -63,6 +63,8 @@ def test_the_json_examples_are_real_documents_of_the_documented_shape():
         assert {"id", "kind", "step", "attempt", "state"} <= set(e)
         if e["kind"] == "action":
             assert {"tool", "args", "replay"} <= set(e)
-    assert set(verify_doc) == {"files", "summary"}
+    assert set(verify_doc) == {"schema", "files", "summary"}
+    for b in blocks:  # every document carries its schema version (json.md)
+        assert all(d["schema"] == 1 for d in (b if isinstance(b, list) else [b])), b
     assert set(verify_doc["summary"]) == {"ok", "torn_tail", "corrupt", "bad_product"}
     assert set(error_doc["error"]) == {"type", "message", "exit_code"}

@@ -28,7 +28,7 @@ def test_an_alert_stops_with_3_and_is_settled_with_mark_resolved(cli: Cli, tmp_p
 
     again = cli("resume", "pub", env=env)
     assert again.code == 3 and "ALERT" in again.stderr  # still unsettled: said again
-    assert cli("mark-resolved", "pub", "s1-a2", "--executed").code == 2
+    assert cli("mark-resolved", "pub", "s1-a2", "--executed", "--reason", "checked").code == 2
     settled = cli("mark-resolved", "pub", "s1-a1", "--executed", "--observation", "live after a purge",
                   "--reason", "purged the CDN")
     assert settled.code == 0, settled

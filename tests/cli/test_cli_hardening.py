@@ -54,7 +54,7 @@ def test_ctrl_c_during_a_sync_never_tool_holds_the_run_until_the_tool_ends(cli, 
     # The tool's thread is still charging: the run is held, nobody can settle or resume it.
     assert proc.poll() is None
     assert cli("inspect", "pay", "--json").json()["status"] == "active"
-    assert cli("mark-resolved", "pay", "s1-a1", "--not-executed").code == 2
+    assert cli("mark-resolved", "pay", "s1-a1", "--not-executed", "--reason", "checked").code == 2
     assert cli("resume", "pay").code == 2
     assert proc.poll() is None and not charges.exists()  # the tool was still running all along
     release.write_text("")  # let the tool end (instead of waiting out a fixed sleep)

@@ -65,7 +65,7 @@ def test_a_hostile_unknown_action_renders_inert_with_its_commands(cli: Cli):
     assert died.code == -9
     for done in (cli("inspect", "nm"), cli("resume", "nm")):
         _assert_inert(done.stdout + done.stderr)
-        assert f"polyloop mark-resolved nm s1-a1 --executed --dir {cli.runs}" in done.stdout + done.stderr
+        assert f"polyloop mark-resolved nm s1-a1 --executed --reason TEXT --dir {cli.runs}" in done.stdout + done.stderr
     observation = "done \x1b[2J [bold]x[/] \u202e"
     settled = cli("mark-resolved", "nm", "s1-a1", "--executed", "--observation", observation, "--reason", "[/x]\x1b")
     assert settled.code == 0, settled

@@ -37,7 +37,7 @@ def test_a_live_run_is_active_and_cannot_be_resumed_or_resolved(cli, tmp_path):
         done = cli("resume", "live")
         assert done.code == 2
         assert "is active" in one_line_error(done)
-        done = cli("mark-resolved", "live", "s1-a1", "--executed")
+        done = cli("mark-resolved", "live", "s1-a1", "--executed", "--reason", "checked")
         assert done.code == 2
     finally:
         proc.send_signal(signal.SIGINT)

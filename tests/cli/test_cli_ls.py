@@ -24,7 +24,7 @@ from cli_helpers import (
     tree_digest,
 )
 
-KEYS = {"run_id", "status", "waiting", "steps", "updated", "reason", "file", "target", "cause"}
+KEYS = {"schema", "run_id", "status", "waiting", "waiting_kinds", "steps", "updated", "reason", "file", "target", "cause"}
 
 
 
@@ -88,11 +88,12 @@ def test_ls_of_mixed_runs_agrees_with_inspect(mixed, tmp_path):
             inspected = cli("inspect", run_id, "--json").json()
             run = by_id[run_id]
             assert run["status"] == inspected["status"] == status, run_id
-            assert run["waiting"] == [w["kind"] for w in inspected["waiting"]], run_id
+            assert run["waiting"] == inspected["waiting"], run_id  # one shape (json.md, schema 1)
+            assert run["waiting_kinds"] == [w["kind"] for w in inspected["waiting"]], run_id
             assert (run["steps"], run["reason"]) == (inspected["steps"], inspected["reason"]), run_id
             assert run["file"] == f"{run_id}.jsonl"
             assert run["updated"] == _last_at(cli.log(run_id)), run_id
-        assert by_id["waits"]["waiting"] == ["unknown"]
+        assert by_id["waits"]["waiting_kinds"] == ["unknown"]
         for name, why in (("bad name", "not a safe run id"), ("evil\x1b[31m", "not a safe run id"), ("x", "FIFO")):
             run = by_id[name]
             assert run["status"] == "corrupt" and run["steps"] == 0 and run["updated"] is None, run

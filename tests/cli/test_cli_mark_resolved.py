@@ -23,7 +23,7 @@ def test_bad_requests_exit_2_and_change_nothing(cli, crashed_mailer, args, messa
     with cli.log("m").open("ab") as f:
         f.write(b'{"record":"st')  # a torn tail: taking the run lock would seal it
     before = logs_digest(cli.runs)
-    done = cli("mark-resolved", "m", *args)
+    done = cli("mark-resolved", "m", *args, "--reason", "checked")
     assert done.code == 2, done
     assert message in one_line_error(done)
     assert done.stdout == ""
@@ -33,24 +33,24 @@ def test_bad_requests_exit_2_and_change_nothing(cli, crashed_mailer, args, messa
 def test_a_finished_run_has_nothing_to_resolve(cli):
     cli("run", target("finishing"), "--goal", "g", "--run-id", "f")
     before = tree_digest(cli.runs)
-    done = cli("mark-resolved", "f", "s1-a1", "--executed")
+    done = cli("mark-resolved", "f", "s1-a1", "--executed", "--reason", "checked")
     assert done.code == 2
     assert "finished" in one_line_error(done)
     assert tree_digest(cli.runs) == before
 
 
 def test_an_unknown_run_creates_nothing(cli, tmp_path):
-    done = cli("mark-resolved", "ghost", "s1-a1", "--executed")
+    done = cli("mark-resolved", "ghost", "s1-a1", "--executed", "--reason", "checked")
     assert done.code == 2
     assert "no run 'ghost'" in one_line_error(done)
     assert not cli.runs.exists()
-    assert cli("mark-resolved", "../ghost", "s1-a1", "--executed").code == 2
+    assert cli("mark-resolved", "../ghost", "s1-a1", "--executed", "--reason", "checked").code == 2
 
 
 def test_the_observation_can_come_from_a_file(cli, crashed_mailer, tmp_path):
     crashed_mailer("m")
     (tmp_path / "obs.txt").write_text("sent\nmessage-id: <1@x>\n")
-    done = cli("mark-resolved", "m", "s1-a1", "--executed", "--observation-file", "obs.txt")
+    done = cli("mark-resolved", "m", "s1-a1", "--executed", "--reason", "checked", "--observation-file", "obs.txt")
     assert done.code == 0, done
     assert cli.records("m")[-1]["observation"] == "sent\nmessage-id: <1@x>\n"
 

@@ -127,7 +127,7 @@ def test_mark_resolved_refuses_an_observation_file_that_is_not_a_regular_file(
     crashed_mailer("m")
     before = logs_digest(cli.runs)
     path = special(kind, tmp_path / "obs.txt")
-    done = cli("mark-resolved", "m", "s1-a1", "--executed", "--observation-file", str(path), timeout=TIMEOUT)
+    done = cli("mark-resolved", "m", "s1-a1", "--executed", "--reason", "checked", "--observation-file", str(path), timeout=TIMEOUT)
     assert done.code == 2, done
     assert f"cannot read the observation file {path}: it is {KINDS[kind]}" in one_line_error(done)
     assert logs_digest(cli.runs) == before
@@ -135,7 +135,7 @@ def test_mark_resolved_refuses_an_observation_file_that_is_not_a_regular_file(
 
 def test_an_observation_from_a_pipe_on_stdin_still_works(cli, crashed_mailer):
     crashed_mailer("m")
-    argv = [*console_script(), "mark-resolved", "m", "s1-a1", "--executed", "--observation-file", "-",
+    argv = [*console_script(), "mark-resolved", "m", "s1-a1", "--executed", "--reason", "checked", "--observation-file", "-",
             "--dir", str(cli.runs)]
     done = subprocess.run(argv, cwd=cli.cwd, env=clean_env(), input="sent\n", capture_output=True, text=True,
                           timeout=TIMEOUT)
@@ -150,7 +150,7 @@ def test_a_log_that_is_not_a_regular_file_is_corrupt_for_every_command(cli, spec
     shown = cli("inspect", "g", "--json", timeout=TIMEOUT)
     assert shown.code == 0 and shown.json()["status"] == "corrupt", shown
     assert f"is {KINDS[kind]}, not a regular file" in shown.json()["reason"]
-    for argv in (["resume", "g"], ["mark-resolved", "g", "s1-a1", "--not-executed"],
+    for argv in (["resume", "g"], ["mark-resolved", "g", "s1-a1", "--not-executed", "--reason", "checked"],
                  ["approve", "g", "s1-a1", "--reason", "r", "--dir", str(cli.runs)]):
         done = cli(*argv, timeout=TIMEOUT)
         assert done.code == 1, (argv, done)
@@ -162,7 +162,7 @@ def test_a_log_that_is_not_a_regular_file_is_corrupt_for_every_command(cli, spec
 
 def test_a_run_directory_replaced_by_a_fifo_is_named_in_the_error(cli, tmp_path, special):
     special("fifo", cli.runs)
-    for argv in (["inspect", "r"], ["resume", "r"], ["mark-resolved", "r", "s1-a1", "--not-executed"]):
+    for argv in (["inspect", "r"], ["resume", "r"], ["mark-resolved", "r", "s1-a1", "--not-executed", "--reason", "checked"]):
         done = cli(*argv, timeout=TIMEOUT)
         assert done.code == 1, (argv, done)
         assert f"{cli.runs} is a FIFO, not a directory" in one_line_error(done)

@@ -34,7 +34,7 @@ COMMANDS = {
     "batch": ["batch", target("finishing"), "goals.txt"],
     "submit": ["submit", target("finishing"), "--goal", "g"],
     "worker": ["worker", "--until-idle"],
-    "mark-resolved": ["mark-resolved", "r1", "s1-a1", "--executed"],
+    "mark-resolved": ["mark-resolved", "r1", "s1-a1", "--executed", "--reason", "checked"],
     "approve": ["approve", "r1", "s1-a1", "--reason", "ok"],
     "deny": ["deny", "r1", "s1-a1", "--reason", "no"],
     "answer": ["answer", "r1", "s1-a1", "blue"],

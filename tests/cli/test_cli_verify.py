@@ -37,7 +37,7 @@ def test_json_shape(cli, tmp_path):
     done = cli("verify", str(runs), "--json")
     assert done.code == 1 and done.stderr == ""
     doc = done.json()
-    assert set(doc) == {"files", "summary"}
+    assert set(doc) == {"schema", "files", "summary"}
     assert doc["summary"] == {"ok": 1, "torn_tail": 1, "corrupt": 1, "bad_product": 0}
     by_id = {f["run_id"]: f for f in doc["files"]}
     for f in doc["files"]:

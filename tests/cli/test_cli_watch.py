@@ -64,7 +64,7 @@ def test_a_run_stopped_for_a_person_ends_the_watch_with_3_and_the_commands(cli, 
     assert done.code == 3, done
     assert "s1-a1 send_email" in done.stdout and "in flight [never]" in done.stdout
     assert "run mail needs_operator" in done.stdout
-    assert f"polyloop mark-resolved mail s1-a1 --executed --dir {cli.runs}" in done.stdout
+    assert f"polyloop mark-resolved mail s1-a1 --executed --reason TEXT --dir {cli.runs}" in done.stdout
 
 
 def test_a_run_that_ended_in_an_error_exits_1(cli):

@@ -19,12 +19,12 @@ def test_executed_resolution_reuses_the_observation_and_never_repeats_the_effect
     assert shown.code == 0
     assert "needs_operator" in shown.stdout
     assert re.search(r"s1-a1\s+unknown\s+never\s+no result", shown.stdout)
-    assert f"polyloop mark-resolved m s1-a1 --executed --dir {cli.runs}" in shown.stdout
-    assert f"polyloop mark-resolved m s1-a1 --not-executed --dir {cli.runs}" in shown.stdout
+    assert f"polyloop mark-resolved m s1-a1 --executed --reason TEXT --dir {cli.runs}" in shown.stdout
+    assert f"polyloop mark-resolved m s1-a1 --not-executed --reason TEXT --dir {cli.runs}" in shown.stdout
 
     stopped = cli("resume", "m", env=env)
     assert stopped.code == 3, stopped
-    assert f"polyloop mark-resolved m s1-a1 --executed --dir {cli.runs}" in stopped.stderr
+    assert f"polyloop mark-resolved m s1-a1 --executed --reason TEXT --dir {cli.runs}" in stopped.stderr
     assert effects(tmp_path) == 1
 
     settled = cli("mark-resolved", "m", "s1-a1", "--executed", "--observation", "sent to ops", "--reason", "in outbox")
@@ -38,7 +38,7 @@ def test_executed_resolution_reuses_the_observation_and_never_repeats_the_effect
     assert resolution["reason"] == "in outbox"
     assert resolution["by"] and resolution["at"]
 
-    again = cli("mark-resolved", "m", "s1-a1", "--not-executed")
+    again = cli("mark-resolved", "m", "s1-a1", "--not-executed", "--reason", "checked")
     assert again.code == 2
     assert "not unknown" in one_line_error(again)
 

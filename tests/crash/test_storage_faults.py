@@ -212,7 +212,7 @@ def test_a_crashed_run_in_a_read_only_directory_is_readable_and_resumes_once_wri
     p = _read_only(w, [*ck.CLI, "resume", ck.RUN_ID, "--dir", str(w.dir)])
     assert (p.code == 3 and rid in p.err) or (p.code == 1 and REFUSED[MODE] in p.err), str(p)
     # Writing is refused with the cause named, and nothing changes.
-    p = _read_only(w, [*ck.CLI, "mark-resolved", ck.RUN_ID, rid, "--not-executed", "--dir", str(w.dir)])
+    p = _read_only(w, [*ck.CLI, "mark-resolved", ck.RUN_ID, rid, "--not-executed", "--reason", "checked", "--dir", str(w.dir)])
     assert p.code == 1 and REFUSED[MODE] in p.err, str(p)
     assert w.log_path.read_bytes() == before
     w.settle()  # writable: the operator settles it

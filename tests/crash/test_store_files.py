@@ -60,7 +60,7 @@ def test_a_flipped_byte_in_the_last_never_intent_is_refused_and_the_action_never
     assert w.inspect()["status"] == "corrupt"
     p = w.resume()
     assert p.code == 1 and "corrupt" in p.err and f"line {len(lines)}" in p.err, str(p)
-    p = w.cli("mark-resolved", ck.RUN_ID, last["result_id"], "--not-executed", "--dir", str(w.dir))
+    p = w.cli("mark-resolved", ck.RUN_ID, last["result_id"], "--not-executed", "--reason", "checked", "--dir", str(w.dir))
     assert p.code == 1 and "corrupt" in p.err, str(p)
 
     assert w.log_path.read_bytes() == damaged, "a reader or the lock changed a corrupt log"
@@ -104,7 +104,7 @@ def test_no_command_hangs_on_or_writes_through_a_log_that_is_not_a_regular_file(
     assert what in doc["files"][0]["problems"][0]["message"]
     done = run("inspect", "x", "--dir", str(runs), "--json")
     assert orjson.loads(done.stdout)["status"] == "corrupt", done
-    for args in (["resume", "x"], ["mark-resolved", "x", "s2-a1", "--not-executed"]):
+    for args in (["resume", "x"], ["mark-resolved", "x", "s2-a1", "--not-executed", "--reason", "checked"]):
         done = run(*args, "--dir", str(runs))
         assert done.returncode == 1 and what in done.stderr and "Traceback" not in done.stderr, done
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -52,7 +52,7 @@ def test_a_crash_and_an_overload_through_the_cli(
 
         stopped = polyloop("resume", "claude", env=env)
         assert stopped.returncode == 3, stopped.stderr
-        settled = polyloop("mark-resolved", "claude", "s2-a1", "--executed", "--observation", "wrote 188 bytes to notes.txt")
+        settled = polyloop("mark-resolved", "claude", "s2-a1", "--executed", "--reason", "checked", "--observation", "wrote 188 bytes to notes.txt")
         assert settled.returncode == 0, settled.stderr
         resumed = polyloop("resume", "claude", env=env)
         assert resumed.returncode == 0, resumed.stderr

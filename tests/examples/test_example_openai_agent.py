@@ -47,7 +47,7 @@ def test_a_crash_and_a_rate_limit_through_the_cli(
         calls = [(e["id"], e["state"], e["error"] is not None) for e in doc["executions"] if e["kind"] == "model_call"]
         assert calls == [("s1-m1", "done", True), ("s1-m2", "done", False), ("s2-m1", "done", False)]
 
-        settled = polyloop("mark-resolved", "llm", "s2-a1", "--executed", "--observation", "wrote 188 bytes to notes.txt")
+        settled = polyloop("mark-resolved", "llm", "s2-a1", "--executed", "--reason", "checked", "--observation", "wrote 188 bytes to notes.txt")
         assert settled.returncode == 0, settled.stderr
         resumed = polyloop("resume", "llm", env=env)
         assert resumed.returncode == 0, resumed.stderr

@@ -120,7 +120,7 @@ def test_a_crash_inside_the_compensation_stops_for_an_operator(polyloop: Runner,
     doc = inspect(polyloop, bank, "refund")
     assert doc["status"] == "needs_operator"
     assert [(w["id"], w["kind"]) for w in doc["waiting"]] == [("s1-r1", "unknown")]
-    assert "the rollback of transfer" in doc["waiting"][0]["reason"]
+    assert "the rollback that compensates transfer s1-a1" in doc["waiting"][0]["reason"]
 
     settled = polyloop("mark-resolved", "refund", "s1-r1", "--executed", "--reason", "the refund is in the bank",
                        "--dir", "runs", env=env(bank))

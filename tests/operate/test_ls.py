@@ -194,7 +194,8 @@ def test_the_json_form(tmp_path):
     assert summary.to_json() == {
         "run_id": "w",
         "status": "needs_operator",
-        "waiting": ["unknown"],
+        "waiting": [dict(w) for w in summary.waits],
+        "waiting_kinds": ["unknown"],
         "steps": 0,
         "updated": T0,
         "reason": summary.reason,
@@ -202,6 +203,7 @@ def test_the_json_form(tmp_path):
         "target": summary.target,
         "cause": None,
     }
+    assert [w["kind"] for w in summary.waits] == ["unknown"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         summary.status = "finished"  # type: ignore[misc]
     assert isinstance(summary, RunSummary)

@@ -148,16 +148,17 @@ def test_a_worker_killed_after_a_never_action_parks_the_run_with_its_settle_comm
     commands = [line.strip().split("  #")[0] for line in lines if line.strip().startswith("polyloop mark-resolved")]
     assert len(commands) == 2, done.stdout
     executed = commands[0]
-    assert executed.endswith(f"--executed --dir {shlex.quote(str(world.runs))}")
+    assert executed.endswith(f"--executed --reason TEXT --dir {shlex.quote(str(world.runs))}")
     # The killed worker's other runs were resumed by a new worker and finished.
     doc = world.batch("stamper", goals, "--json").json()
     assert doc["summary"]["finished"] == 2 and doc["summary"]["needs_operator"] == 1
     parked = next(r for r in doc["runs"] if r["status"] == "needs_operator")
     assert parked["action"] == "skipped" and parked["waiting"][0]["tool"] == "stamp"
-    assert parked["next"][0] == executed  # the JSON carries the same commands
+    assert parked["commands"][0] == executed  # the JSON carries the same commands
     assert doc["next"].startswith("polyloop batch ")
     # The effect happened (the world says so): settle it with the printed command, re-run.
-    settle = subprocess.run([*polyloop(), *shlex.split(executed)[1:]], cwd=world.root, capture_output=True, text=True, timeout=60)
+    pasted = shlex.split(executed.replace("TEXT", "stamped"))[1:]  # the operator gives the reason
+    settle = subprocess.run([*polyloop(), *pasted], cwd=world.root, capture_output=True, text=True, timeout=60)
     assert settle.returncode == 0, settle
     final = world.batch("stamper", goals, "--json")
     assert final.code == 0, final
