@@ -109,7 +109,7 @@ def test_fish_completes_run_ids_and_what_waits(runs, tmp_path):
 def test_install_completion_writes_what_a_new_bash_then_uses(runs, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    environ = clean_env(HOME=str(home), POLYLOOP_DIR=str(runs))
+    environ = clean_env(HOME=str(home), POLYLOOP_DIR=str(runs), SHELL="/bin/bash")  # typer falls back to $SHELL
     environ["PATH"] = f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}"
     done = subprocess.run(["bash", "--norc", "-c", "polyloop --install-completion"], env=environ, capture_output=True,
                           text=True, timeout=60)
