@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from polyloop._log.records import SCHEMA_VERSION
+
 import json
 import os
 from pathlib import Path
@@ -28,7 +30,7 @@ def test_a_directory_with_runs_passes_and_is_left_as_it_was(cli):
     assert list(lines) == ["store", "write", "logs"]
     assert all(line.startswith("✓") for line in lines.values())
     assert "fsynced" in lines["write"] and "locked and removed" in lines["write"]
-    assert "1 log, format 1.2 (1)" in lines["logs"]
+    assert f"1 log, format {SCHEMA_VERSION} (1)" in lines["logs"]
     assert sorted(os.listdir(cli.runs)) == before  # the probe is gone
 
 
@@ -62,7 +64,7 @@ def test_a_log_of_an_unknown_major_version_fails_the_logs_check(cli):
     done = cli("doctor", "--dir", str(cli.runs))
     assert done.code == 1
     line = _lines(done.stdout)["logs"]
-    assert line.startswith("✗") and "1.2 (1), 2.0 (1)" in line and "cannot read 2.0" in line
+    assert line.startswith("✗") and f"{SCHEMA_VERSION} (1), 2.0 (1)" in line and "cannot read 2.0" in line
 
 
 def test_a_target_is_imported_and_checked(cli):

@@ -11,6 +11,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from polyloop._log.records import SCHEMA_VERSION
+from polyloop.stores._pg_schema import SCHEMA_VERSION as TABLES
+
 ROOT = Path(__file__).resolve().parents[2]  # tests/
 AGENTS = ROOT / "cli" / "agents.py"
 
@@ -43,7 +46,7 @@ def test_a_database_with_runs_gets_a_probe_row_that_is_deleted(pg_url, pg_conn):
     lines = done.stdout.splitlines()
     assert [line.split()[1] for line in lines] == ["store", "server", "durability", "schema", "write", "logs"]
     assert all(line.startswith("✓") for line in lines)
-    assert "PolyLoop tables version 2" in done.stdout and "1 log, format 1.2 (1)" in done.stdout
+    assert f"PolyLoop tables version {TABLES}" in done.stdout and f"1 log, format {SCHEMA_VERSION} (1)" in done.stdout
     assert pg_conn.execute("SELECT run_id FROM polyloop_runs").fetchall() == [("pg-doc",)]
 
 
