@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -75,6 +76,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_FIGURES] = Reliability()
+    # A suite started in the background (`cmd &` in a script, some CI runners) inherits SIGINT
+    # ignored, and an ignored signal stays ignored across exec: the Ctrl-C tests' processes would
+    # never see their SIGINT. Their handler is the default one, as in a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not hasattr(config, "workerinput"):  # the main process, before any xdist worker starts
         _compile_for_children()
 

@@ -19,7 +19,7 @@ from polyloop.testing import FakeOpenAIServer, FakeResponse  # noqa: E402
 
 AGENT = f"{Path(__file__).resolve().parent / 'outage_agents.py'}:agent"
 RUNS = 200
-OUTAGE = 2.0  # seconds of HTTP 503 from the first request on
+OUTAGE = 4.0  # seconds of HTTP 503 from the first request on (long enough for a progress line to land in it)
 
 
 def test_a_5xx_burst_across_200_runs_waits_together_and_every_run_finishes(tmp_path: Path) -> None:
