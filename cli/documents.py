@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from polyloop import RunReport, inspect_run
+from polyloop.for_cli import JSON_SCHEMA
 from polyloop.stores import open_store
 
 from .terminal import print_json
 
-SCHEMA = 1
+SCHEMA = JSON_SCHEMA  # one version for the library's documents and the command line's
 
 
 def emit(doc: dict[str, Any], *, lines: bool = False) -> None:

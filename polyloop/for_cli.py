@@ -16,10 +16,11 @@ from ._log.commands import Place
 from ._log.names import execution_name
 from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
+from ._operate.shapes import JSON_SCHEMA
 from ._run.target import canonical_target
 from .stores._place import place_of
 
 __all__ = [
-    "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
+    "JSON_SCHEMA", "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
     "resolve",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .shapes import JSON_SCHEMA
+
 Outcome = Literal["archived", "refused"]
-JSON_SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True)

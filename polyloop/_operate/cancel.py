@@ -27,9 +27,9 @@ from .._log.store_port import Store
 from .._log.who import REASON, said, settled_by
 from .._run.cancelling import cancel_channel
 from .._run.hold import read_or_none, walked, write_settlement
+from .shapes import JSON_SCHEMA
 
 Outcome = Literal["cancelled", "requested", "already_finished"]
-JSON_SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,10 @@ from typing import Any
 
 from .._log.records import Resolution, RunFinished
 
+#: The version of the JSON documents' shapes (docs/reference/json.md): every document carries it
+#: as `"schema"`; raised when a field changes shape.
+JSON_SCHEMA = 1
+
 
 def resolution_json(r: Resolution) -> dict[str, Any]:
     """A resolution as `inspect --json` lists it."""
