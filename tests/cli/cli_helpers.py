@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from polyloop._log.ids import idempotency_key
-from support.cli import Done, clean_env, console_script  # noqa: F401 (re-exported to the cli tests)
+from support.cli import READING, Done, clean_env, console_script, polyloop_in_process  # noqa: F401 (re-exported)
 
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "agents.py"
@@ -24,10 +24,15 @@ class Cli:
     cwd: Path
     runs: Path
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, dir: bool = True) -> Done:
-        argv = [*console_script(), *args]
+    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, dir: bool = True,
+                 process: bool = False) -> Done:
+        """`polyloop ARGS...`; `process=True` runs even a reading command as its own process."""
+        argv = [*args]
         if dir and args and args[0] in {"run", "resume", "inspect", "mark-resolved"}:
             argv += ["--dir", str(self.runs)]
+        if args and args[0] in READING and not process:
+            return polyloop_in_process(*argv, cwd=self.cwd, env=clean_env(**(env or {})))
+        argv = [*console_script(), *argv]
         proc = subprocess.run(
             argv,
             cwd=self.cwd,

@@ -82,30 +82,52 @@ def whole_in_one_place(w: Path) -> dict[str, Path]:
     return where
 
 
-def test_a_kill_before_any_change_of_the_move_leaves_every_run_whole_in_one_place(world: Path, tmp_path: Path) -> None:
+def calibrated(world: Path, tmp_path: Path) -> list[str]:
+    """The move's file-system changes, in order, from an archive that nothing kills."""
     calibration = fresh(world, tmp_path / "calibration")
     code, ops = child(calibration, 0)
     assert code == 0, ops
     assert {r: d.name for r, d in whole_in_one_place(calibration).items()} == {r: "archive" for r in RUNS}
     assert len(ops) >= 20, ops
     assert any(" rename " in op and op.endswith("prod.jsonl") for op in ops)
+    return ops
+
+
+def killed_before(world: Path, tmp_path: Path, ops: list[str], kill: int) -> None:
+    """Kill the move before its change number `kill`: every run whole in one place, and the next
+    archive finishes what the kill cut short, leaving nothing of the runs behind."""
+    w = fresh(world, tmp_path / f"k{kill}")
+    code, seen = child(w, kill)
+    assert code == -9 and len(seen) == kill, (kill, code, seen[-3:])
+    whole_in_one_place(w)
+    code, _ = child(w, 0)
+    assert code == 0, kill
+    assert {r: d.name for r, d in whole_in_one_place(w).items()} == {r: "archive" for r in RUNS}, kill
+    left = sorted(p.name for p in (w / "runs").iterdir())
+    assert left == [], (kill, ops[kill - 1], left)
+    assert not [p for p in (w / "archive").iterdir() if p.name.endswith(".staging")], kill
+    assert (w / "archive" / ".half.cancel").exists(), kill  # the request moved with its run
+    if kill in (1, len(ops) // 2, len(ops)):  # and the command line agrees, on both directories
+        for d in ("runs", "archive"):
+            assert polyloop("verify", str(w / d)).returncode == 0
+            assert polyloop("ls", "--dir", str(w / d)).returncode == 0
+
+
+def test_a_kill_before_a_sample_of_the_moves_changes_leaves_every_run_whole_in_one_place(
+        world: Path, tmp_path: Path) -> None:
+    """Seven kills spread over the move (its first, middle and last change among them); CI's slow
+    tests kill before every one."""
+    ops = calibrated(world, tmp_path)
+    n = len(ops)
+    for kill in sorted({1, 2, n // 4, n // 2, 3 * n // 4, n - 1, n}):
+        killed_before(world, tmp_path, ops, kill)
+
+
+@pytest.mark.slow
+def test_a_kill_before_any_change_of_the_move_leaves_every_run_whole_in_one_place(world: Path, tmp_path: Path) -> None:
+    ops = calibrated(world, tmp_path)
     for kill in range(1, len(ops) + 1):
-        w = fresh(world, tmp_path / f"k{kill}")
-        code, seen = child(w, kill)
-        assert code == -9 and len(seen) == kill, (kill, code, seen[-3:])
-        whole_in_one_place(w)
-        # The next archive finishes what the kill cut short, and leaves nothing of the runs behind.
-        code, _ = child(w, 0)
-        assert code == 0, kill
-        assert {r: d.name for r, d in whole_in_one_place(w).items()} == {r: "archive" for r in RUNS}, kill
-        left = sorted(p.name for p in (w / "runs").iterdir())
-        assert left == [], (kill, ops[kill - 1], left)
-        assert not [p for p in (w / "archive").iterdir() if p.name.endswith(".staging")], kill
-        assert (w / "archive" / ".half.cancel").exists(), kill  # the request moved with its run
-        if kill in (1, len(ops) // 2, len(ops)):  # and the command line agrees, on both directories
-            for d in ("runs", "archive"):
-                assert polyloop("verify", str(w / d)).returncode == 0
-                assert polyloop("ls", "--dir", str(w / d)).returncode == 0
+        killed_before(world, tmp_path, ops, kill)
 
 
 def test_a_held_run_is_refused_and_stays(world: Path, tmp_path: Path) -> None:

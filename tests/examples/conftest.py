@@ -12,6 +12,7 @@ from types import ModuleType
 
 import pytest
 from example_helpers import EXAMPLES, LEAKY, Runner, clean_env, console_script
+from support.cli import READING, polyloop_in_process
 
 
 @pytest.fixture(autouse=True)
@@ -45,8 +46,17 @@ def _runner(workdir: Path, prefix: Callable[[str], list[str]]) -> Runner:
 
 @pytest.fixture
 def polyloop(workdir: Path) -> Runner:
-    """Run `polyloop ARGS...` in `workdir`, as a newcomer would type it."""
-    return _runner(workdir, lambda command: [*console_script(), command])
+    """Run `polyloop ARGS...` in `workdir`, as a newcomer would type it: the commands that only
+    read or settle a log in this process (support.cli.READING), the others as processes."""
+    as_process = _runner(workdir, lambda command: [*console_script(), command])
+
+    def run(first: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        if first not in READING:
+            return as_process(first, *args, env=env, timeout=timeout)
+        done = polyloop_in_process(first, *args, cwd=workdir, env=clean_env(**(env or {})))
+        return subprocess.CompletedProcess([first, *args], done.code, done.stdout, done.stderr)
+
+    return run
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@ build environment of its own. The wheel is then installed with `--no-deps` into 
 environment that sees this environment's packages (orjson, typer, ...) through a `.pth` line, which
 never runs this checkout's editable-install hook: `polyloop` is the installed copy, and every command
 runs in an empty directory with no `examples/` beside it.
+
+Building and installing takes most of a minute of both cores: these tests are marked `slow`, run
+by CI's second command (`pytest -m slow`), never skipped there.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LEFT_OUT = ("__pycache__", "*.pyc", ".venv*", ".git", "runs", "demo-workspace", "build", "dist", "*.egg-info",
             ".pytest_cache", ".hypothesis", ".bench-tmp")
 TIMEOUT = 300
+
+pytestmark = pytest.mark.slow
 
 
 @dataclass

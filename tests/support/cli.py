@@ -42,6 +42,11 @@ class Done:
     def json(self) -> Any:
         return json.loads(self.stdout)
 
+    @property
+    def returncode(self) -> int:
+        """`code`, under the name `subprocess.CompletedProcess` gives it."""
+        return self.code
+
 
 def polyloop(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
              timeout: float = 60) -> Done:
@@ -81,3 +86,18 @@ def polyloop_in_process(*args: str, cwd: Path | str | None = None, env: dict[str
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         err += "".join(traceback.format_exception(result.exception))
     return Done(result.exit_code, result.stdout, err)
+
+
+# Commands that read a log or settle one and start no agent: a test may call them in its own process
+# (the same arguments, exit code and output, without a Python start and the CLI's imports). What runs
+# an agent (which may SIGKILL its own process), waits, follows or races runs as a real process.
+READING = frozenset({"inspect", "verify", "ls", "approve", "deny", "answer", "mark-resolved", "doctor"})
+
+
+def polyloop_quick(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+                   timeout: float = 60) -> Done:
+    """`polyloop ARGS...`: in this process for the `READING` commands, else as a process."""
+    if args and args[0] in READING:
+        return polyloop_in_process(*args, cwd=cwd, env=env)
+    return polyloop(*args, cwd=cwd, env=env, timeout=timeout)
+

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,15 +12,14 @@ import psycopg
 
 from polyloop._log.records import SCHEMA_VERSION
 from polyloop.stores._pg_schema import SCHEMA_VERSION as TABLES
+from support.cli import Done, polyloop_quick
 
 ROOT = Path(__file__).resolve().parents[2]  # tests/
 AGENTS = ROOT / "cli" / "agents.py"
 
 
-def _polyloop(*args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("polyloop")
-    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)
+def _polyloop(*args: str) -> Done:
+    return polyloop_quick(*args)
 
 
 def _checks(done: subprocess.CompletedProcess[str]) -> dict[str, dict]:

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from pg_helpers import AGENTS
+from support.cli import Done, polyloop_quick
 
 FORGED = "pl-" + "0" * 32
 
 
-def polyloop(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "polyloop", *args], capture_output=True, text=True, env=env,
-                          timeout=60, stdin=subprocess.DEVNULL)
+def polyloop(*args: str, env: dict[str, str]) -> Done:
+    return polyloop_quick(*args, env=env)
 
 
 @pytest.fixture

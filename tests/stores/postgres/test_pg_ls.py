@@ -19,7 +19,7 @@ import pytest
 
 from polyloop.stores._pg_conn import describe_url
 from support.cli import Done, clean_env, console_script
-from support.cli import polyloop as run_polyloop
+from support.cli import polyloop_quick as run_polyloop
 from support import TESTS
 
 AGENTS = TESTS / "cli" / "agents.py"

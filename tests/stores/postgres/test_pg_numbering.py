@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 
 import psycopg
 import pytest
@@ -22,11 +20,11 @@ import pytest
 from polyloop.stores import PostgresStore
 
 from pg_helpers import AGENTS
+from support.cli import Done, polyloop_quick
 
 
-def polyloop(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "polyloop", *args], capture_output=True, text=True, env=env,
-                          timeout=60, stdin=subprocess.DEVNULL)
+def polyloop(*args: str, env: dict[str, str]) -> Done:
+    return polyloop_quick(*args, env=env)
 
 
 @pytest.fixture
