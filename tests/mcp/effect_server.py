@@ -25,6 +25,7 @@ import threading
 import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
 server = MCPServer("effects", log_level="WARNING")
@@ -109,7 +110,7 @@ def put_value(key: str, value: str, idempotency_key: str) -> str:
 @server.tool()
 def refuse(reason: str) -> str:
     """Always fails with the reason (an isError result)."""
-    raise ValueError(f"refused: {reason}")
+    raise ToolError(f"refused: {reason}")
 
 
 if __name__ == "__main__":

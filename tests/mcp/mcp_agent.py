@@ -7,6 +7,8 @@ and the `polyloop resume` that follows can differ on purpose):
   otherwise start `effect_server.py` over stdio (its `EFFECT_*` knobs are
   passed on to it).
 * `MCP_TRUST=1`: declare the server trusted (policies from annotations).
+* `MCP_REAL`: use a real published server instead: `time` (`mcp-server-time`)
+  or `git:REPO` (`mcp-server-git` on the repository REPO).
 * `MCP_SCRIPT`: the model's calls, a JSON list of `[tool, args]` (then a final answer).
 """
 
@@ -33,6 +35,13 @@ def pause(seconds: float) -> str:
 
 def server() -> MCPServer:
     trust = os.environ.get("MCP_TRUST") == "1"
+    real = os.environ.get("MCP_REAL", "")
+    if real == "time":
+        return MCPServer("time", command=[sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"],
+                         trust=trust)
+    if real.startswith("git:"):
+        return MCPServer("git", command=[sys.executable, "-m", "mcp_server_git", "--repository", real[4:]],
+                         trust=trust)
     url = os.environ.get("MCP_URL")
     if url:
         return MCPServer("effects", url=url, trust=trust, timeout=float(os.environ.get("MCP_TIMEOUT", "30")))
