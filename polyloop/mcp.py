@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import importlib.util
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -144,6 +145,8 @@ class MCPServer(ToolSource):
             raise ValueError(f"MCP server {name!r}: give exactly one of command= (stdio) and url= (streamable HTTP)")
         if type(trust) is not bool or type(approve_destructive) is not bool:
             raise TypeError("trust and approve_destructive must be True or False")
+        if importlib.util.find_spec("mcp") is None:
+            raise ImportError("polyloop.mcp needs the MCP SDK: pip install 'polyloop[mcp]'")
         self.name = name
         self.trust = trust
         self.approve_destructive = approve_destructive
