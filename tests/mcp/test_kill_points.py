@@ -27,8 +27,7 @@ def _unknown(s: Scenario, run_id: str, result_id: str) -> None:
 
 
 def _settles_as_unknown(s: Scenario, run_id: str, result_id: str = "s1-a1", *, script: list = WRITE) -> None:
-    """The run is reported unknown, and resuming it stops again without running the call."""
-    _unknown(s, run_id, result_id)
+    """Resuming the run stops again without running the call, and it is reported unknown."""
     again = s.polyloop("resume", run_id, script=script)
     assert again.returncode == 3, again.stderr
     assert "mark-resolved" in again.stderr and result_id in again.stderr
@@ -137,6 +136,7 @@ def test_a_read_only_tool_is_replayed_after_a_crash_only_when_trusted(tmp_path, 
         _unknown(s, "r", "s1-a1")
 
 
+@pytest.mark.slow
 def test_a_server_whose_tools_changed_between_crash_and_resume_is_refused_until_a_person_accepts(tmp_path):
     s, _ = _scenario(tmp_path, "stdio", trust=True)
     script = [["read_effects", {}], ["write_effect", {"key": "a"}]]

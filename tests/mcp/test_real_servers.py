@@ -18,6 +18,7 @@ from scenario import Scenario
 TIME = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 
 
+@pytest.mark.slow
 def test_the_time_servers_read_only_tools_are_safe_only_when_it_is_trusted(tmp_path):
     trusted = MCPServer("time", command=TIME, trust=True)
     stranger = MCPServer("time2", command=TIME, prefix="untrusted_", only=["get_current_time"])
