@@ -113,6 +113,14 @@ def refuse(reason: str) -> str:
     raise ToolError(f"refused: {reason}")
 
 
+@server.tool()
+def reject(reason: str) -> str:
+    """Always answers with a JSON-RPC error (not a tool result)."""
+    from mcp import MCPError
+
+    raise MCPError(-32602, f"rejected: {reason}")
+
+
 if __name__ == "__main__":
     pids = os.environ.get("EFFECT_PIDS")
     if pids:

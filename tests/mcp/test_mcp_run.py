@@ -35,6 +35,7 @@ def test_a_run_calls_the_servers_tools_as_its_own_and_records_where_each_policy_
         {"tool": "write_effect", "args": {"key": 5}},  # does not fit the schema: never reaches the server
         {"tool": "put_value", "args": {"key": "k", "value": "v"}},
         {"tool": "refuse", "args": {"reason": "no"}},  # isError: a failure the model reads
+        {"tool": "reject", "args": {"reason": "bad"}},  # a JSON-RPC error answer: a failure too
         {"tool": "read_effects", "args": {}},
         {"final": "done"},
     ]
@@ -53,7 +54,8 @@ def test_a_run_calls_the_servers_tools_as_its_own_and_records_where_each_policy_
     assert done[0]["result_id"] is None and "invalid arguments for tool 'write_effect'" in done[0]["observation"]
     assert done[1]["is_error"] is False and "put_value done" in done[1]["observation"]
     assert done[2]["is_error"] is True and "refused: no" in done[2]["observation"]
-    assert done[3]["observation"] == "1 effects"
+    assert done[3]["is_error"] is True and "rejected: bad (JSON-RPC error -32602)" in done[3]["observation"]
+    assert done[4]["observation"] == "1 effects"
     effects = [json.loads(line) for line in (tmp_path / "effects").read_text().splitlines()]
     key = next(r["idempotency_key"] for r in log if r["record"] == "intent" and r.get("tool") == "put_value")
     assert [e["tool"] for e in effects] == ["put_value"] and effects[0]["idempotency_key"] == key
