@@ -1,7 +1,7 @@
 """A server's tool list is part of the run's configuration fingerprint (no server needed: listings as data).
 
 The same refusal against a real server, between a real crash and a real resume, is in
-test_kill_points.py (exit code 4, then accepted on the record)."""
+test_mcp_kill_points.py (exit code 4, then accepted on the record)."""
 
 from __future__ import annotations
 
