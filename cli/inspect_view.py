@@ -94,6 +94,14 @@ def _guards_line(g: dict[str, Any]) -> str:
     return ", ".join(parts) or "none"
 
 
+def _mcp_line(t: dict[str, Any]) -> str:
+    """An MCP tool's effective policy and where it came from (`config.tools[].mcp`, log format 1.4)."""
+    m = t["mcp"]
+    approval = f", approval {t['approval']}" if t.get("approval") else ""
+    trust = "trusted" if m.get("trusted") else "untrusted"
+    return f"replay {t.get('replay')}{approval} from {m.get('policy')} ({m.get('why')}); server {m.get('server')} ({trust})"
+
+
 def _guard_notes(e: Execution) -> Text:
     """What a guarded action's guards said (log format 1.1), for the steps table."""
     notes = Text()
@@ -230,6 +238,9 @@ def _head(console: Console, report: RunReport) -> None:
         guarded = [t for t in rec.started.config.get("tools") or [] if isinstance(t.get("guards"), dict)]
         for t in guarded:
             _field(console, "guards", (clip(t["name"], 60), "bold"), f" {clip(_guards_line(t['guards']), 300)}")
+        for t in rec.started.config.get("tools") or []:
+            if isinstance(t.get("mcp"), dict):  # log format 1.4: a tool from an MCP server
+                _field(console, "mcp tool", (clip(t["name"], 60), "bold"), f" {clip(_mcp_line(t), 300)}")
     if report.torn_line is not None:
         _field(
             console,

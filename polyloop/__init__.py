@@ -81,7 +81,7 @@ from ._log.store_port import ArtifactStore, LockingStore, Store
 from ._run.target import load_target, resume_run, run_target
 from ._run.context import ToolContext
 from ._run.observe import Reconciled, executed, not_executed, unknown
-from ._run.tools import Tool, ask_human, tool
+from ._run.tools import Tool, ToolAnswerLostError, ask_human, tool
 from ._operate.verify import FileVerdict, VerifyReport, verify_file, verify_logs
 from .stores import JsonlStore
 
@@ -167,6 +167,7 @@ __all__ = [
     "StoreUrlError",
     "TargetError",
     "Tool",
+    "ToolAnswerLostError",
     "ToolCall",
     "ToolContext",
     "TransientModelError",

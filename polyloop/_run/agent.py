@@ -13,13 +13,14 @@ from .._recovery.walker import max_steps_of
 from .._log.errors import InvalidInputError, RunExistsError, RunMismatchError, StoreError, PolyLoopError
 from .._log.ids import check_run_id, new_run_id
 from .hold import held, read_or_none, walk_checked
-from .loop import _Run
 from .._log.model_port import Model
 from .._log.records import RunStarted, encode
 from .result import RunResult
 from .resume import Resume
 from .._log.store_port import Store
 from ..stores._jsonl import JsonlStore
+from .sources import run_on
+from .tool_source import ToolSource, expand, using
 from .tools import Tool
 from .validity import checkpoint_config
 
@@ -36,7 +37,9 @@ class Agent:
 
     Args:
         model: anything implementing the `Model` protocol (e.g. `ScriptedModel`).
-        tools: the tools the model may call (made with `@tool`).
+        tools: the tools the model may call (made with `@tool`), and tool
+            sources: an MCP server (`polyloop.mcp.MCPServer`) stands for its
+            tools, listed on first need (see docs/how-to/use-mcp-tools.md).
         max_steps: the step budget; reaching it ends the run with reason `max_steps`.
         system: an optional system prompt placed first in the history.
         max_attempts: model call attempts one step may use (across crashes
@@ -88,7 +91,7 @@ class Agent:
         self,
         *,
         model: Model,
-        tools: Iterable[Tool] = (),
+        tools: Iterable[Tool | ToolSource] = (),
         max_steps: int = 20,
         system: str | None = None,
         max_attempts: int = 6,
@@ -119,14 +122,7 @@ class Agent:
         # Where the agent was built: the first file `logic_version="auto"` hashes.
         self._origin: str | None = sys._getframe(1).f_code.co_filename
         self.model = model
-        self.tools = list(tools)
-        for t in self.tools:
-            if not isinstance(t, Tool):
-                raise TypeError(f"{t!r} is not a tool: decorate it with @polyloop.tool")
-        names = [t.name for t in self.tools]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"two tools share the name {duplicates[0]!r}")
+        self.tools = tools  # type: ignore[assignment]  # the setter keeps sources (MCP servers) for later
         self.max_steps = max_steps
         self.system = system
         self.max_attempts = max_attempts
@@ -134,6 +130,23 @@ class Agent:
         self.retry_max_delay = retry_max_delay
         self.on_alert = on_alert
         self.approve_irreversible = approve_irreversible
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The agent's tools; a tool source's (an MCP server's) are listed on first need."""
+        if self._tools is None or any(s.stale() for s in self.sources):
+            self._tools = expand(self._declared)
+        return self._tools
+
+    @tools.setter
+    def tools(self, tools: Iterable[Tool | ToolSource]) -> None:
+        declared = list(tools)
+        for t in declared:
+            if not isinstance(t, (Tool, ToolSource)):
+                raise TypeError(f"{t!r} is not a tool: decorate it with @polyloop.tool")
+        self._declared = declared
+        self.sources = [t for t in declared if isinstance(t, ToolSource)]
+        self._tools = None if self.sources else expand(declared)
 
     def config(self, max_steps: int | None = None, *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The configuration recorded in `run_started`.
@@ -238,8 +251,9 @@ class Agent:
         if store is None:
             store = JsonlStore(default_directory())
         resume = Resume(inputs, accept_changes, accept_crash_loop, reason, by)
-        ask = _ask(self, goal, run_id, target=target, max_steps=max_steps, new=new, inputs=inputs, resume=resume)
-        return await _start_or_resume(self, store, ask, resume)
+        async with using(self.sources):  # an MCP server started for the configuration closes with the run
+            ask = _ask(self, goal, run_id, target=target, max_steps=max_steps, new=new, inputs=inputs, resume=resume)
+            return await _start_or_resume(self, store, ask, resume)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +315,7 @@ async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume
             raise RunMismatchError(run_id, "max_steps", recorded, ask.max_steps)
         if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
             await check_artifacts(store, walker)
-        return await _Run(agent, store, walker, resume).go()
+        return await run_on(agent, store, walker, resume)
 
 
 async def _start(store: Store, ask: _Ask) -> RunStarted:
@@ -331,6 +345,8 @@ def _tool_config(t: Tool, approve_irreversible: bool = True) -> dict[str, Any]:
         entry["approval"] = approval
     if t.question:
         entry["question"] = True
+    if t.origin is not None:  # log format 1.4: an MCP tool, its server and where its policy came from
+        entry["mcp"] = t.origin
     return entry
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .context import ToolContext
 from .observe import call_guard, guard_verdict, observation_text
-from .tools import Tool
+from .tools import Tool, ToolAnswerLostError
 
 
 async def judge(fn: Any, what: str, *args: Any) -> tuple[bool, str | None]:
@@ -63,7 +63,7 @@ class CancelledAfter(asyncio.CancelledError):
 async def _call(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
     try:
         return observation_text(await tool.invoke(args, ctx)), False
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, ToolAnswerLostError):  # a lost answer is an unknown outcome, not a failure
         raise
     except (Exception, SystemExit) as exc:  # SystemExit: a tool does not pick polyloop's exit code
         return f"error: {type(exc).__name__}: {exc}", True

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .._log.store_port import Store
     from .._recovery.walker import Walker
     from .context import ToolContext
+    from .tool_source import ToolSource
     from .tools import Tool
 
 
@@ -26,6 +27,7 @@ class AgentPort(Protocol):
 
     model: Model
     tools: list[Tool]
+    sources: list[ToolSource]  # where some of the tools come from (MCP servers): held while a run goes
     system: str | None
     retry_backoff: float
     retry_max_delay: float

@@ -18,7 +18,7 @@ from .._log.errors import NeedsOperatorError, PolyLoopError, TargetError
 from .._files import NotRegularFileError, check_regular, read_regular
 from .._log.ids import check_run_id
 from .hold import walked
-from .loop import _Run
+from .sources import run_on
 from .._recovery.plan import Finished, NeedsOperator, plan
 from .cancelling import ended_by
 from .result import RunResult
@@ -254,7 +254,7 @@ async def resume_run(
                 "calling Agent.run with the same run id",
             )
         agent = watched(load_target(target), on_alert)
-        return await _Run(agent, store, walker, resume).go()
+        return await run_on(agent, store, walker, resume)
 
 
 def watched(agent: Agent, on_alert: Callable[[dict[str, Any]], Any] | None) -> Agent:

@@ -122,15 +122,20 @@ def config_hashes(agent: AgentPort) -> dict[str, str]:
 
     A tool's part covers its name, description, argument schema, replay
     policy, guards and failure budget, so a changed policy or signature is
-    named as that tool's change.
+    named as that tool's change; for a tool from an MCP server also its
+    origin (server, trust, annotations, where its policy came from), so a
+    server cannot change what a tool claims between a crash and its replay.
     """
     describe = getattr(agent.model, "describe", None)
     model = describe() if callable(describe) else {"type": type(agent.model).__name__}
     parts = {"system": _digest(agent.system), "model": _digest(model)}
     for t in agent.tools:
-        parts[f"tool {t.name}"] = _digest(
-            {"spec": t.spec(), "replay": t.replay, "guards": t.guard_config(), "max_failures": t.max_failures}
-        )
+        part: dict[str, Any] = {
+            "spec": t.spec(), "replay": t.replay, "guards": t.guard_config(), "max_failures": t.max_failures,
+        }
+        if t.origin is not None:  # an MCP tool: its server, annotations and policy's source (1.4)
+            part["origin"] = t.origin
+        parts[f"tool {t.name}"] = _digest(part)
     return parts
 
 

@@ -144,6 +144,16 @@ def test_the_metadata_says_license_pythons_typing_urls_and_keywords(built: Built
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
     assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
     assert "durable-execution" in meta["Keywords"].split(",")
+    assert "mcp" in meta.get_all("Provides-Extra")
+    assert any(r.startswith("mcp") and 'extra == "mcp"' in r for r in meta.get_all("Requires-Dist"))
+
+
+def test_the_core_and_the_cli_never_import_the_mcp_sdk() -> None:
+    # `polyloop.mcp` itself imports the SDK only when a server is first started.
+    code = ("import sys, polyloop, polyloop.stores, polyloop.testing, polyloop.mcp, polyloop_cli.main; "
+            "print(sorted(m for m in ('mcp', 'mcp_types', 'jsonschema') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_polyloop_demo_runs_from_the_installed_wheel_outside_the_repository(installed: Installed) -> None:

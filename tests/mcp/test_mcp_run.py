@@ -1,0 +1,90 @@
+"""An agent using a real MCP server (the SDK, over stdio) in this process: results, failures, records, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from polyloop import Agent, JsonlStore, ScriptedModel
+from polyloop.mcp import MCPServer, MCPServerError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
+from support.cli import polyloop_in_process  # noqa: E402
+
+SERVER = str(Path(__file__).resolve().parent / "effect_server.py")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_run_calls_the_servers_tools_as_its_own_and_records_where_each_policy_came_from(tmp_path):
+    env = {"EFFECT_FILE": str(tmp_path / "effects"), "EFFECT_PIDS": str(tmp_path / "pids")}
+    server = MCPServer("fx", command=[sys.executable, SERVER], env=env, trust=True,
+                       overrides={"refuse": {"replay": "safe"}})
+    script = [
+        {"tool": "write_effect", "args": {"key": 5}},  # does not fit the schema: never reaches the server
+        {"tool": "put_value", "args": {"key": "k", "value": "v"}},
+        {"tool": "refuse", "args": {"reason": "no"}},  # isError: a failure the model reads
+        {"tool": "reject", "args": {"reason": "bad"}},  # a JSON-RPC error answer: a failure too
+        {"tool": "read_effects", "args": {}},
+        {"final": "done"},
+    ]
+    agent = Agent(model=ScriptedModel(script), tools=[server])
+    assert server.starts == 0  # declared, not started: started on first need
+    result = asyncio.run(agent.run("use mcp", run_id="r", store=JsonlStore(tmp_path)))
+    assert result.reason == "final_answer"
+
+    log = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    tools = {t["name"]: t for t in log[0]["config"]["tools"]}
+    assert tools["write_effect"]["replay"] == "never" and tools["read_effects"]["replay"] == "safe"
+    assert tools["put_value"]["mcp"]["policy"] == "annotations" and tools["put_value"]["replay"] == "safe"
+    assert tools["refuse"]["mcp"]["policy"] == "override"
+    assert tools["read_effects"]["mcp"]["annotations"] == {"readOnlyHint": True}
+    done = [r for r in log if r["record"] == "step_completed"]
+    assert done[0]["result_id"] is None and "invalid arguments for tool 'write_effect'" in done[0]["observation"]
+    assert done[1]["is_error"] is False and "put_value done" in done[1]["observation"]
+    assert done[2]["is_error"] is True and "refused: no" in done[2]["observation"]
+    assert done[3]["is_error"] is True and "rejected: bad (JSON-RPC error -32602)" in done[3]["observation"]
+    assert done[4]["observation"] == "1 effects"
+    effects = [json.loads(line) for line in (tmp_path / "effects").read_text().splitlines()]
+    key = next(r["idempotency_key"] for r in log if r["record"] == "intent" and r.get("tool") == "put_value")
+    assert [e["tool"] for e in effects] == ["put_value"] and effects[0]["idempotency_key"] == key
+
+    pid = int((tmp_path / "pids").read_text().split()[0])
+    assert not _alive(pid)  # closed when the run stopped
+
+    shown = polyloop_in_process("inspect", "r", "--dir", str(tmp_path))
+    assert shown.code == 0, shown.stderr
+    assert "put_value" in shown.stdout and "from annotations (trusted server, idempotentHint" in shown.stdout
+    assert "from override" in shown.stdout
+
+
+async def test_a_server_that_cannot_start_is_an_error_naming_its_command(tmp_path):
+    server = MCPServer("ghost", command=[str(tmp_path / "no-such-server"), "--flag"])
+    agent = Agent(model=ScriptedModel([{"final": "x"}]), tools=[server])
+    with pytest.raises(MCPServerError, match=r"MCP server 'ghost' could not start: \S*no-such-server --flag"):
+        await agent.run("x", run_id="r", store=JsonlStore(tmp_path))
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_the_command_line_says_so_in_one_line(tmp_path):
+    target = tmp_path / "agent.py"
+    target.write_text(
+        "from polyloop import Agent, ScriptedModel\nfrom polyloop.mcp import MCPServer\n"
+        "agent = Agent(model=ScriptedModel([{'final': 'x'}]),"
+        " tools=[MCPServer('ghost', command='/no/such/mcp-server --stdio')])\n"
+    )
+    done = polyloop_in_process("run", f"{target}:agent", "--dir", str(tmp_path / "runs"))
+    assert done.code == 1, done.stderr
+    assert "MCP server 'ghost' could not start: /no/such/mcp-server --stdio" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,88 @@
+"""Policies from annotations, trust explicit: what each declaration makes of a listed tool (no server needed)."""
+
+from __future__ import annotations
+
+import pytest
+from mcp_types import Tool as Listed, ToolAnnotations
+
+from polyloop.mcp import MCPServer, MCPTool, policy_of
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}, "count": {"type": "integer"}},
+          "required": ["path"]}
+
+
+def _listed(name="t", **hints) -> Listed:
+    return Listed(name=name, description="d", input_schema=SCHEMA,
+                  annotations=ToolAnnotations(**hints) if hints else None)
+
+
+def _tool(listed: Listed, **server) -> MCPTool:
+    return MCPTool(MCPServer("srv", command="never-started", **server), listed)
+
+
+@pytest.mark.parametrize("hints", [{}, {"read_only_hint": True}, {"idempotent_hint": True, "destructive_hint": False}])
+def test_an_untrusted_server_gets_never_whatever_it_claims(hints):
+    t = _tool(_listed(**hints))
+    assert (t.replay, t.approval) == ("never", None)
+    assert t.origin["policy"] == "untrusted" and t.origin["trusted"] is False
+
+
+@pytest.mark.parametrize("hints, replay, approval", [
+    ({"read_only_hint": True}, "safe", None),
+    ({"idempotent_hint": True, "destructive_hint": False}, "safe", None),
+    ({"idempotent_hint": True}, "never", "required"),  # destructive is the default
+    ({"destructive_hint": True}, "never", "required"),
+    ({}, "never", "required"),  # no annotations: destructive by default
+    ({"destructive_hint": False}, "never", None),  # additive, not idempotent
+])
+def test_a_trusted_server_gets_its_annotations_policy(hints, replay, approval):
+    t = _tool(_listed(**hints), trust=True, approve_destructive=True)
+    assert (t.replay, t.approval) == (replay, approval)
+    assert t.origin["policy"] == "annotations"
+    assert _tool(_listed(**hints), trust=True).approval is None  # approval only when asked for
+
+
+def test_an_override_always_wins_and_says_so():
+    listed = _listed("rm", read_only_hint=True)
+    over = {"rm": {"replay": "never", "approval": "required", "max_failures": 2}}
+    for trust in (True, False):
+        t = _tool(listed, trust=trust, overrides=over)
+        assert (t.replay, t.approval, t.max_failures) == ("never", "required", 2)
+        assert t.origin["policy"] == "override"
+    assert _tool(listed, overrides={"rm": {"replay": "safe"}}).replay == "safe"  # untrusted, said by the agent
+
+
+def test_the_origin_records_the_annotations_as_listed():
+    t = _tool(_listed(read_only_hint=True, open_world_hint=False), trust=True)
+    assert t.origin["annotations"] == {"readOnlyHint": True, "openWorldHint": False}
+    assert t.origin["server"] == "srv" and t.origin["tool"] == "t"
+
+
+def test_an_idempotency_key_argument_is_filled_by_polyloop_and_hidden_from_the_model():
+    schema = {"type": "object", "properties": {"k": {"type": "string"}, "idempotency_key": {"type": "string"}},
+              "required": ["k", "idempotency_key"]}
+    t = MCPTool(MCPServer("srv", command="x"), Listed(name="put", input_schema=schema))
+    assert t.key_parameter == "idempotency_key"
+    assert t.parameters["required"] == ["k"] and "idempotency_key" not in t.parameters["properties"]
+    assert schema["required"] == ["k", "idempotency_key"]  # the listing itself is untouched
+
+
+def test_arguments_are_checked_against_the_input_schema_in_one_line():
+    t = _tool(_listed())
+    assert t.check_args({"path": "a", "count": 2}) is None
+    bad = t.check_args({"count": "ten"})
+    assert bad is not None and bad.startswith("invalid arguments for tool 't': ")
+    assert "count: 'ten' is not of type 'integer'" in bad and "'path' is a required property" in bad
+    assert "must be a JSON object, not an array" in (t.check_args([1]) or "")
+
+
+def test_bad_declarations_are_refused():
+    with pytest.raises(ValueError, match="exactly one of command"):
+        MCPServer("s")
+    with pytest.raises(ValueError, match="exactly one of command"):
+        MCPServer("s", command="a", url="http://x")
+    with pytest.raises(ValueError, match="unknown keys"):
+        MCPServer("s", command="a", overrides={"t": {"replay": "safe", "colour": "red"}})
+    with pytest.raises(TypeError):
+        MCPServer("s", command="a", trust="yes")  # type: ignore[arg-type]
+    assert policy_of(None, trusted=True) == ("never", None, "trusted server, no destructiveHint: destructive by default")
