@@ -73,6 +73,8 @@ def command(
                               read_only=read_only)
         try:
             serve_console(chosen, _say)
+        except KeyboardInterrupt:
+            _say("polyloop console stopped")
         except ImportError as exc:
             raise BadInput(f"{EXTRA} ({exc})") from None
         except UsersFileError as exc:
