@@ -99,6 +99,9 @@ async def _write_refusal(request: Request, console: Console, session: Session) -
         return console.page("refused.html", 403, title="Refused", why=(
             f"the request comes from {origin or 'a page that does not say where it is'}, not from this console "
             f"({own}): nothing was written"))
+    if not session.can_decide:
+        return console.page("refused.html", 403, title="Read-only", why=(
+            "this session is read-only: it sees everything and can decide nothing; nothing was written"))
     form = await read_form(request)
     if form is None:
         return console.page("refused.html", 413, title="Refused", why="the form is too large: nothing was written")
@@ -107,9 +110,6 @@ async def _write_refusal(request: Request, console: Console, session: Session) -
         return console.page("refused.html", 403, title="Refused", why=(
             "the form does not carry this session's CSRF token (it was drawn for another session, or "
             "by another site): nothing was written; reload the page"))
-    if not session.can_decide:
-        return console.page("refused.html", 403, title="Read-only", why=(
-            "this session is read-only: it sees everything and can decide nothing; nothing was written"))
     return None
 
 
