@@ -28,9 +28,10 @@ STATUS_WORDS = {
     "corrupt": "corrupt log",
     "active": "running",
 }
-# The four states (docs/reference/log-format.md): where each display state belongs.
-FOUR = {"done": ("done", "resolved", "rolled_back"), "not started": ("pending",), "unknown": ("unknown", "alert"),
-        "superseded": ("superseded",)}
+# The four states (docs/reference/log-format.md): where each display state belongs. The fourth,
+# impossible, is a record a correct writer cannot produce: the log's problems count it.
+FOUR = {"done": ("done", "resolved", "rolled_back"), "not started": ("pending",),
+        "unknown": ("unknown", "alert", "superseded")}
 
 
 def shown_json(value: Any) -> str:
@@ -59,6 +60,7 @@ def run_view(doc: dict[str, Any], seen: int) -> dict[str, Any]:
         for name, states in FOUR.items():
             if e["state"] in states:
                 counts[name] += 1
+    counts["impossible"] = len(doc.get("problems", []))
     decided = [dict(r, args_json=shown_json(r["args"])) for r in doc.get("requests", []) if r["decision"]]
     return {
         "doc": doc,
