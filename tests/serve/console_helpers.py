@@ -90,7 +90,8 @@ class Server:
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
-            [*console_script(), "serve", "--dir", str(self.runs), "--port", "0", *self.extra],
+            [*console_script(), "serve", *(() if "--store" in self.extra else ("--dir", str(self.runs))),
+             "--port", "0", *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env(CONSOLE_LEDGER=str(
                 self.runs.parent / "ledger.txt")), stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None
@@ -154,3 +155,12 @@ class Server:
                 self.proc.stdout.close()
             except (OSError, ValueError):
                 pass
+
+
+def crash_run(runs: Path, run_id: str, to: str) -> None:
+    """`polyloop run` of the console agent sending to `to`, SIGKILLed right after the send: an unknown action."""
+    goal = json.dumps({"tool": "send", "args": {"to": to, "text": "hello"}})
+    proc = subprocess.run([*console_script(), "run", TARGET, "--run-id", run_id, "--goal", goal, "--dir", str(runs)],
+                          env=clean_env(CONSOLE_CRASH="1", CONSOLE_LEDGER=str(runs.parent / "ledger.txt")),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == -signal.SIGKILL, proc

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from console_helpers import Server, report, resume, start_run
+from console_helpers import Server, crash_run, report, resume, start_run
 
 SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
 
@@ -144,3 +144,15 @@ def test_an_answer_and_a_cancel_from_the_browser(page: Any, server: Server, runs
     page.click("#cancel button")
     assert "cancel: cancelled" in page.inner_text("#what")
     assert report(runs, "pay-6")["cancelled"]["why"] == "superseded by pay-7"
+
+
+def test_an_unknown_action_is_settled_from_the_browser(page: Any, server: Server, runs: Path) -> None:
+    crash_run(runs, "send-1", "ops")
+    page.goto(f"{server.base}runs/send-1")
+    assert "unknown" in page.inner_text("#req-s1-a1 h3") and "unknown" in page.inner_text("#timeline")
+    page.fill("#req-s1-a1 form.executed textarea[name=observation]", "the message is in ops' inbox")
+    page.fill("#req-s1-a1 form.executed input[name=reason]", "checked the mail server")
+    page.click("#req-s1-a1 form.executed button")
+    assert "executed s1-a1" in page.inner_text("#what")
+    assert resume(runs, "send-1").final == "the tool said: the message is in ops' inbox"
+    assert _ledger(runs).count("sent to ops") == 1  # settled, never sent again
