@@ -72,7 +72,7 @@ async def _carry_out(console: Console, session: Session, run_id: str, action: st
             console.store, run_id, target, kind, reason=reason, by=by, seen=seen,  # type: ignore[arg-type]
             args=_edited(form) if action == "approve_edited" else None,
             answer=form.get("answer") if kind == "answered" else None,
-            expect_sha256=form.get("sha256") or None if kind != "answered" else None)
+            expect_sha256=_field(form, "sha256") if kind != "answered" else None)
     report = await settled.report(console.store)
     last = settled.records[-1]
     return {"what": f"{action.replace('_', ' ')} {target}", "by": getattr(last, "by", None), "next": report.next}

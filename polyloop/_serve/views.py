@@ -7,6 +7,7 @@ templates autoescape it, and it is never used as a template.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -75,11 +76,28 @@ def run_view(doc: dict[str, Any], seen: int) -> dict[str, Any]:
     }
 
 
+def ago(at: str | None, now: datetime | None = None) -> str:
+    """How long ago ISO time `at` was, in words (`3 min`, `2 h 5 min`, `4 d`); "" when unknown."""
+    try:
+        then = datetime.fromisoformat((at or "").replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    seconds = max(0, int(((now or datetime.now(timezone.utc)) - then).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours < 48 else f"{hours // 24} d"
+
+
 def runs_view(summaries: list[Any]) -> list[dict[str, Any]]:
     """The runs page's rows from `list_runs`' summaries."""
     rows = []
     for s in summaries:
         doc = s.to_json()
+        doc["ago"] = ago(s.updated)
         doc["status_words"] = STATUS_WORDS.get(doc["status"], doc["status"])
         doc["waits_words"] = [f"{w['kind']} {w.get('tool') or ''} ({w['id']})".replace("  ", " ") for w in s.waits]
         rows.append(doc)

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from console_helpers import Server, crash_run, report, resume, start_run
 
 SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
@@ -68,6 +70,7 @@ def test_a_denial_in_the_browser_reaches_the_model_and_nothing_runs(page: Any, s
     assert "mallory" not in "".join(_ledger(runs))
 
 
+@pytest.mark.slow  # the default suite keeps the cases; CI runs these by `pytest -m slow`
 def test_edited_arguments_are_what_runs(page: Any, server: Server, runs: Path) -> None:
     start_run(runs, "pay-3", "pay", {"to": "acme", "amount": 900})
     page.goto(f"{server.base}runs/pay-3")
@@ -131,6 +134,7 @@ def test_a_decision_on_the_command_line_makes_the_open_form_stale(page: Any, ser
     assert resume(runs, "ask-1").final == "the tool said: the first one"
 
 
+@pytest.mark.slow  # the default suite keeps the cases; CI runs these by `pytest -m slow`
 def test_an_answer_and_a_cancel_from_the_browser(page: Any, server: Server, runs: Path) -> None:
     start_run(runs, "ask-2", "ask_human", {"question": "which account?"})
     page.goto(f"{server.base}runs/ask-2")
@@ -146,6 +150,7 @@ def test_an_answer_and_a_cancel_from_the_browser(page: Any, server: Server, runs
     assert report(runs, "pay-6")["cancelled"]["why"] == "superseded by pay-7"
 
 
+@pytest.mark.slow  # the default suite keeps the cases; CI runs these by `pytest -m slow`
 def test_an_unknown_action_is_settled_from_the_browser(page: Any, server: Server, runs: Path) -> None:
     crash_run(runs, "send-1", "ops")
     page.goto(f"{server.base}runs/send-1")

@@ -18,6 +18,7 @@ from polyloop import NeedsOperatorError, inspect_run, resume_run, run_target
 from polyloop.stores import open_store
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+pytestmark = pytest.mark.slow  # a browser and a server of its own: CI runs it by `pytest -m slow`
 
 
 @pytest.fixture(scope="module")

@@ -152,6 +152,7 @@ def test_a_forged_host_is_refused(server: Server) -> None:
     refused.value.close()
 
 
+@pytest.mark.slow  # a second server and a command-line run: CI runs it by `pytest -m slow`
 def test_named_operators_are_recorded_by_name_and_a_read_only_one_decides_nothing(
     browser: Any, tmp_path: Path
 ) -> None:
