@@ -90,8 +90,9 @@ class Server:
 
     def start(self) -> Server:
         self.proc = subprocess.Popen(
-            [*console_script(), "serve", *(() if "--store" in self.extra else ("--dir", str(self.runs))),
-             "--port", "0", *self.extra],
+            # From the runs' parent as `--dir runs`: the commands the pages print name no directory.
+            [*console_script(), "serve", *(() if "--store" in self.extra else ("--dir", self.runs.name)),
+             "--port", "0", *self.extra], cwd=self.runs.parent,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env(CONSOLE_LEDGER=str(
                 self.runs.parent / "ledger.txt")), stdin=subprocess.DEVNULL)
         assert self.proc.stdout is not None

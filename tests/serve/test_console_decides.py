@@ -35,8 +35,6 @@ def test_approving_a_waiting_call_in_the_browser_lets_the_run_finish_and_the_pag
 ) -> None:
     start_run(runs, "pay-1", "pay", {"to": "acme", "amount": 250, "memo": "invoice 7"})
     page.goto(server.base)
-    page.set_viewport_size({"width": 1100, "height": 520})
-    _shot(page, "console-runs.png")
     page.click("text=pay-1")
     sha = report(runs, "pay-1")["requests"][0]["args_sha256"]
     assert page.inner_text("#req-s1-a1 .sha256") == sha
@@ -161,3 +159,18 @@ def test_an_unknown_action_is_settled_from_the_browser(page: Any, server: Server
     assert "executed s1-a1" in page.inner_text("#what")
     assert resume(runs, "send-1").final == "the tool said: the message is in ops' inbox"
     assert _ledger(runs).count("sent to ops") == 1  # settled, never sent again
+
+
+def test_the_runs_page_lists_the_runs_with_what_waits_and_filters_them(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "pay-9", "pay", {"to": "initech", "amount": 1200})
+    page.goto(server.base)
+    page.set_viewport_size({"width": 1100, "height": 560})
+    _shot(page, "console-runs.png")
+    rows = page.locator("table.runs tbody tr")
+    assert rows.count() >= 6
+    assert "approval pay (s1-a1)" in page.inner_text("table.runs tbody tr:first-child")  # most recent first
+    page.select_option("select[name=status]", "finished")
+    page.click("form.filters button")
+    assert "status=finished" in page.url
+    statuses = page.locator("table.runs tbody .badge").all_inner_texts()
+    assert statuses and set(statuses) == {"finished"}
