@@ -18,7 +18,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from polyloop import PolyLoopError, RunActiveError, cancel
+from polyloop import InvalidInputError, PolyLoopError, RunActiveError, cancel
 from polyloop._operate.decide import decide as decide_request
 from polyloop._operate.resolve import resolve
 
@@ -42,7 +42,7 @@ async def decide(request: Request, console: Console, session: Session) -> Respon
         if action not in ACTIONS:
             raise _Bad(f"no action {action!r}")
         said = await _carry_out(console, session, run_id, action, form)
-    except _Bad as exc:
+    except (_Bad, InvalidInputError) as exc:
         return console.page("refused.html", 400, title="Refused", why=f"{exc}: nothing was written",
                             session=session, run_id=run_id)
     except RunActiveError as exc:

@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from polyloop import InvalidInputError, InvalidRunIdError, RunNotFoundError, StoreError, inspect_run, list_runs
 from polyloop._log import commands
+from polyloop._log.who import settled_by
 from polyloop.stores._place import place_of
 
 from .access import Session
@@ -48,6 +49,7 @@ async def run(request: Request, console: Console, session: Session) -> Response:
     except StoreError as exc:
         return console.page("refused.html", 503, title="Store unavailable", why=str(exc), session=session)
     return console.page("run.html", title=f"Run {run_id}", session=session, run_id=run_id,
+                        by=session.who.name or settled_by(None),
                         events=f"/runs/{run_id}/events?seen={len(report.records)}",
                         commands=_commands(console, run_id), **run_view(report.to_json(), len(report.records)))
 

@@ -178,6 +178,7 @@ def test_named_operators_are_recorded_by_name_and_a_read_only_one_decides_nothin
         assert forged.status == 403 and "read-only" in forged.text()
         ann = browser.new_context().new_page()
         ann.goto(f"{server.base}runs/op-1?token={tokens['ann']}")
+        assert ann.inner_text("#req-s1-a1 .decider") == "ann"  # who decides, as it will be recorded
         ann.fill("#req-s1-a1 form.approve input[name=reason]", "checked")
         ann.click("#req-s1-a1 form.approve button")
         assert "(by ann)" in ann.inner_text("#what")
