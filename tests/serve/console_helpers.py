@@ -45,13 +45,13 @@ def off_thread(fn: Callable[[], T]) -> T:
         return pool.submit(fn).result(timeout=60)
 
 
-def start_run(runs: Path, run_id: str, tool: str, args: dict[str, Any]) -> None:
+def start_run(runs: Path, run_id: str, tool: str, args: dict[str, Any], inputs: dict[str, Any] | None = None) -> None:
     """Start a run of the console agent that stops waiting for a person (exit code 3 on the command line)."""
     goal = json.dumps({"tool": tool, "args": args})
 
     async def go() -> None:
         try:
-            await run_target(TARGET, goal=goal, store=JsonlStore(runs), run_id=run_id)
+            await run_target(TARGET, goal=goal, store=JsonlStore(runs), run_id=run_id, inputs=inputs)
         except NeedsOperatorError:
             return
         raise AssertionError(f"run {run_id} did not stop for a person")

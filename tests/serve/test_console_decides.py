@@ -174,3 +174,25 @@ def test_the_runs_page_lists_the_runs_with_what_waits_and_filters_them(page: Any
     assert "status=finished" in page.url
     statuses = page.locator("table.runs tbody .badge").all_inner_texts()
     assert statuses and set(statuses) == {"finished"}
+
+
+@pytest.mark.slow  # waits for the runs page's next look (every 2 s)
+def test_the_runs_page_follows_new_runs_by_itself(page: Any, server: Server, runs: Path) -> None:
+    page.goto(server.base)
+    start_run(runs, "pay-10", "pay", {"to": "globex", "amount": 3})
+    page.wait_for_selector("table.runs a:text-is('pay-10')", timeout=15_000)
+
+
+@pytest.mark.slow
+def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
+    orders = runs.parent / "orders.csv"
+    orders.write_text("1042,250\n")
+    start_run(runs, "pay-11", "pay", {"to": "acme", "amount": 250}, inputs={"orders": str(orders)})
+    page.goto(f"{server.base}runs/pay-11")
+    page.fill("#req-s1-a1 form.approve input[name=reason]", "ok")
+    page.click("#req-s1-a1 form.approve button")
+    orders.write_text("1042,2500\n")
+    page.goto(f"{server.base}runs/pay-11")
+    shown = page.inner_text("#validity")
+    assert "orders" in shown and "polyloop resume pay-11 --accept-changes --reason TEXT" in shown
+    assert page.inner_text("#next").startswith("refuse (exit code 4)")
