@@ -54,7 +54,9 @@ async def decide(request: Request, console: Console, session: Session) -> Respon
     return console.page("done.html", title="Recorded", session=session, run_id=run_id, target=target, **said)
 
 
-async def _carry_out(console: Console, session: Session, run_id: str, action: str, form: dict[str, str]) -> dict[str, Any]:
+async def _carry_out(
+    console: Console, session: Session, run_id: str, action: str, form: dict[str, str]
+) -> dict[str, Any]:
     """The one library call `action` is; what to tell the person."""
     by = session.who.name  # None: the library's default, the OS user@host of whoever started the console
     reason = form.get("reason") or None
