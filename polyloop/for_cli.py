@@ -10,6 +10,8 @@ any release.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._files import read_regular
 from ._log import commands
 from ._log.commands import Place
@@ -18,9 +20,19 @@ from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._operate.shapes import JSON_SCHEMA
 from ._run.target import canonical_target
+from ._serve.access import ROLES, UsersFileError, add_user
+from ._serve.setup import Options as ServeOptions
+from ._serve.setup import is_loopback
 from .stores._place import place_of
 
 __all__ = [
     "JSON_SCHEMA", "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
-    "resolve",
+    "ROLES", "ServeOptions", "UsersFileError", "add_user", "is_loopback", "resolve", "serve_console",
 ]
+
+
+def serve_console(options: ServeOptions, say: Callable[[str], None]) -> None:
+    """`polyloop serve`: the browser console until interrupted (ImportError without the `serve` extra)."""
+    from ._serve.server import serve
+
+    serve(options, say)

@@ -9,6 +9,7 @@ finds the request decided (`DecisionError`). See docs/how-to/require-approval.md
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -16,10 +17,11 @@ import orjson
 from .._recovery.walker import Recovery, Walker
 from .._log.errors import DecisionError, StoreError
 from .._log.ids import check_run_id
-from .._log.records import Decision, DecisionKind, args_digest, representable
+from .._log.records import Decision, DecisionKind, Record, args_digest, representable
 from .._log.store_port import Store, capabilities_of
 from .._log.who import REASON, filled, said, settled_by
 from .resolve import Settled, settle
+from .seen import moved_since
 
 
 async def approve(
@@ -143,8 +145,12 @@ async def decide(
     args: dict[str, Any] | None = None,
     answer: str | None = None,
     expect_sha256: str | None = None,
+    seen: int | None = None,
 ) -> Settled:
-    """`approve`, `deny` or `answer` by kind; the `Settled` also gives inspect's report without a second read."""
+    """`approve`, `deny` or `answer` by kind; the `Settled` also gives inspect's report without a second read.
+
+    `seen`: the log's length when the person looked (the console's forms); refused
+    (`DecisionError`) if what was written since concerns `request_id` (`seen.moved_since`)."""
     if args is not None and not isinstance(args, dict):
         raise DecisionError(run_id, request_id, f"edited arguments must be a JSON object, not {type(args).__name__}")
     if kind == "answered" and not isinstance(answer, str):
@@ -183,7 +189,13 @@ async def decide(
             answer=representable(answer) if answer is not None else None,
         )
 
-    return await settle(store, run_id, make, store.write_decision, "decision")  # type: ignore[attr-defined]
+    def stale(records: Sequence[Record]) -> None:
+        why = moved_since(records, seen, request_id) if seen is not None else None
+        if why is not None:
+            raise DecisionError(run_id, request_id, why)
+
+    return await settle(store, run_id, make, store.write_decision, "decision",  # type: ignore[attr-defined]
+                        stale=stale)
 
 
 def _open_request(walker: Walker, run_id: str, request_id: str, kind: DecisionKind) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from .._log.errors import ResolutionError
@@ -13,6 +13,7 @@ from .._log.who import REASON, said, settled_by
 from .._recovery.walker import Recovery, Walker
 from .._run.hold import held, walk_checked, write_settlement
 from .inspect import RunReport, report_of
+from .seen import moved_since
 
 
 async def mark_resolved(
@@ -64,9 +65,12 @@ async def mark_resolved(
 
 async def resolve(
     store: Store, run_id: str, result_id: str, *, executed: bool, observation: str | None = None,
-    reason: str | None = None, by: str | None = None,
+    reason: str | None = None, by: str | None = None, seen: int | None = None,
 ) -> Settled:
-    """`mark_resolved`; the `Settled` also gives inspect's report without a second read."""
+    """`mark_resolved`; the `Settled` also gives inspect's report without a second read.
+
+    `seen`: the log's length when the person looked (the console's forms); refused
+    (`ResolutionError`) if what was written since concerns `result_id` (`seen.moved_since`)."""
     if not executed and observation is not None:
         raise ResolutionError(run_id, result_id, "an observation goes only with --executed")
     check_run_id(run_id)
@@ -83,7 +87,12 @@ async def resolve(
             reason=reason,
         )
 
-    return await settle(store, run_id, make, store.write_resolution, "resolution")
+    def stale(records: Sequence[Record]) -> None:
+        why = moved_since(records, seen, result_id) if seen is not None else None
+        if why is not None:
+            raise ResolutionError(run_id, result_id, why)
+
+    return await settle(store, run_id, make, store.write_resolution, "resolution", stale=stale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +109,17 @@ class Settled:
 
 
 async def settle(
-    store: Store, run_id: str, make: Callable[[Walker], Record], writer: Callable[..., Awaitable[object]], what: str
+    store: Store, run_id: str, make: Callable[[Walker], Record], writer: Callable[..., Awaitable[object]], what: str,
+    *, stale: Callable[[Sequence[Record]], None] | None = None,
 ) -> Settled:
-    """Hold the run, read and walk its log once, `make` the record (or refuse), write it: every settlement's way."""
+    """Hold the run, read and walk its log once, `make` the record (or refuse), write it: every settlement's way.
+
+    `stale`, when given, sees the log read under the hold first and raises to refuse (a decision
+    bound to the log as a person saw it: `seen.moved_since`)."""
     async with held(store, run_id, must_exist=True) as records:
         assert records is not None
+        if stale is not None:
+            stale(records)
         walker = await walk_checked(records, run_id)
         record = make(walker)
         recovery = await write_settlement(writer, walker, run_id, record, what)

@@ -77,7 +77,7 @@ def test_the_map_links_every_page() -> None:
 # First words of how-to titles. A new how-to with another verb: add it if the title is an order.
 IMPERATIVE = {
     "add", "change", "check", "choose", "configure", "declare", "deploy", "guard", "inspect", "keep", "migrate",
-    "ride",
+    "ride", "decide",
     "move", "operate", "read", "recover", "replace", "require", "resume", "run", "settle", "start", "test", "use",
     "verify", "write",
 }

@@ -126,7 +126,8 @@ def test_the_wheel_holds_the_library_the_cli_the_demo_and_the_license(built: Bui
         names = set(whl.namelist())
         license_text = whl.read("polyloop-0.1.0.dist-info/licenses/LICENSE").decode()
     assert {"polyloop/__init__.py", "polyloop/py.typed", "polyloop/examples/demo.py", "polyloop_cli/main.py",
-            "polyloop_cli/demo.py"} <= names
+            "polyloop_cli/demo.py", "polyloop/_serve/templates/run.html", "polyloop/_serve/static/console.js",
+            "polyloop/_serve/static/console.css"} <= names
     assert license_text == (ROOT / "LICENSE").read_text() and license_text.startswith("MIT License")
     tops = {n.split("/")[0] for n in names}
     assert tops == {"polyloop", "polyloop_cli", "polyloop-0.1.0.dist-info"}, tops  # no bare `cli`, `tests`

@@ -1,0 +1,90 @@
+"""Server-sent events: the pages learn that what they show has moved, and redraw.
+
+A run page follows its run's log through the store's follow seam (what
+`polyloop watch` reads: only what is new, never a lock), and says `moved`
+with the log's new length whenever records land past the length the page
+was drawn from. The runs page is told `moved` when the list `polyloop ls`
+would print changes. A comment line every few seconds keeps the
+connection open through proxies; the browser reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from polyloop import PolyLoopError, list_runs
+from polyloop.stores._follow import follower
+
+from .access import Session
+from .console import Console
+
+POLL = 0.3  # seconds between looks at a run's log
+LIST_POLL = 2.0  # seconds between looks at the runs
+KEEPALIVE = 15.0
+
+
+def _stream(events: AsyncIterator[str]) -> Response:
+    return StreamingResponse(events, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+
+async def run_events(request: Request, console: Console, session: Session) -> Response:
+    """`moved` (data: the log's length) each time records land in the run's log after `seen`."""
+    run_id = request.path_params["run_id"]
+    try:
+        seen = int(request.query_params.get("seen", "0"))
+    except ValueError:
+        seen = 0
+
+    async def events() -> AsyncIterator[str]:
+        count, quiet = 0, 0.0
+        tail = follower(console.store, run_id)
+        yield "retry: 1000\n\n"
+        while not await request.is_disconnected():
+            try:
+                count += len(await tail.more())
+            except PolyLoopError:
+                pass  # not there yet, or unreadable for a moment: the page says so when redrawn
+            if count != seen:
+                seen_now = count
+                yield f"event: moved\ndata: {seen_now}\n\n"
+                return  # the page redraws and opens a new stream from its new length
+            quiet += POLL
+            if quiet >= KEEPALIVE:
+                quiet = 0.0
+                yield ": still here\n\n"
+            await asyncio.sleep(POLL)
+
+    return _stream(events())
+
+
+async def runs_events(request: Request, console: Console, session: Session) -> Response:
+    """`moved` each time the runs' list (status, steps, last activity, what waits) changes."""
+    q = request.query_params
+    status = q.get("status") or None
+
+    def snapshot() -> list[tuple[object, ...]]:
+        found = list_runs(console.where, statuses=[status] if status else None, workers=1,
+                          since=q.get("since") or None, target=q.get("target") or None)
+        return [(s.run_id, s.status, s.steps, s.updated, s.waiting) for s in found]
+
+    async def events() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        try:
+            first = await asyncio.to_thread(snapshot)
+        except Exception:  # noqa: BLE001 - the page itself says what is wrong with the filter or the store
+            return
+        while not await request.is_disconnected():
+            await asyncio.sleep(LIST_POLL)
+            try:
+                now = await asyncio.to_thread(snapshot)
+            except Exception:  # noqa: BLE001 - a store unavailable for a moment: look again
+                continue
+            if now != first:
+                yield "event: moved\ndata: runs\n\n"
+                return
+
+    return _stream(events())

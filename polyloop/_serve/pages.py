@@ -1,0 +1,61 @@
+"""The console's pages: the runs (what `polyloop ls` lists) and a run (what `polyloop inspect` says, with forms)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from polyloop import InvalidInputError, InvalidRunIdError, RunNotFoundError, StoreError, inspect_run, list_runs
+from polyloop._log import commands
+from polyloop._log.who import settled_by
+from polyloop.stores._place import place_of
+
+from .access import Session
+from .console import Console
+from .views import STATUS_WORDS, run_view, runs_view
+
+STATUSES = tuple(STATUS_WORDS)
+
+
+async def runs(request: Request, console: Console, session: Session) -> Response:
+    """The runs, most recent activity first, with `ls`'s filters: `status`, `since`, `target`."""
+    q = request.query_params
+    status = q.get("status") or None
+    if status is not None and status not in STATUSES:
+        return console.page("refused.html", 400, title="Bad filter", why=f"no status {status!r}: one of "
+                            + ", ".join(STATUSES), session=session)
+    try:
+        found = await asyncio.to_thread(list_runs, console.where, statuses=[status] if status else None, workers=1,
+                                        since=q.get("since") or None, target=q.get("target") or None)
+    except (InvalidInputError, ValueError) as exc:
+        return console.page("refused.html", 400, title="Bad filter", why=str(exc), session=session)
+    except (StoreError, OSError) as exc:
+        return console.page("refused.html", 503, title="Store unavailable", why=str(exc), session=session)
+    return console.page("runs.html", title="Runs", rows=runs_view(found), session=session, statuses=STATUSES,
+                        filters={"status": status or "", "since": q.get("since", ""), "target": q.get("target", "")},
+                        events="/events" + (f"?{request.url.query}" if request.url.query else ""))
+
+
+async def run(request: Request, console: Console, session: Session) -> Response:
+    """One run: its steps and executions, what waits (with the forms to decide it), what resume would do."""
+    run_id = request.path_params["run_id"]
+    try:
+        report = await inspect_run(console.store, run_id, validity=True)
+    except (InvalidRunIdError, RunNotFoundError) as exc:
+        return console.page("refused.html", 404, title="No such run", why=str(exc), session=session)
+    except StoreError as exc:
+        return console.page("refused.html", 503, title="Store unavailable", why=str(exc), session=session)
+    return console.page("run.html", title=f"Run {run_id}", session=session, run_id=run_id,
+                        by=session.who.name or settled_by(None),
+                        events=f"/runs/{run_id}/events?seen={len(report.records)}",
+                        commands=_commands(console, run_id), **run_view(report.to_json(), len(report.records)))
+
+
+def _commands(console: Console, run_id: str) -> dict[str, Any]:
+    """The commands a person pastes for what the console does not do itself (resume, accept changes)."""
+    place = place_of(console.where)
+    return {"resume": commands.resume(run_id, place), "accept": commands.accept_changes(run_id, place),
+            "inspect": commands.inspect(run_id, place)}

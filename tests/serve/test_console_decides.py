@@ -1,0 +1,198 @@
+"""Deciding from the browser: real Chromium against a real `polyloop serve` process.
+
+Approve a waiting call and see the run finish; a denial reaches the model;
+two tabs deciding the same call (one wins, one is told); a form drawn before
+the arguments changed is refused; an answer; a cancel; a read-only console.
+The screenshots of docs/how-to/decide-from-the-browser.md are taken here
+(with POLYLOOP_SCREENSHOTS=DIR).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console_helpers import Server, crash_run, report, resume, start_run
+
+SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
+
+
+def _shot(page: Any, name: str) -> None:
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / name), full_page=True)
+
+
+def _ledger(runs: Path) -> list[str]:
+    path = runs.parent / "ledger.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_approving_a_waiting_call_in_the_browser_lets_the_run_finish_and_the_page_follows(
+    page: Any, server: Server, runs: Path
+) -> None:
+    start_run(runs, "pay-1", "pay", {"to": "acme", "amount": 250, "memo": "invoice 7"})
+    page.goto(server.base)
+    page.click("text=pay-1")
+    sha = report(runs, "pay-1")["requests"][0]["args_sha256"]
+    assert page.inner_text("#req-s1-a1 .sha256") == sha
+    assert '"amount": 250' in page.inner_text("#req-s1-a1 pre.args")
+    page.set_viewport_size({"width": 1100, "height": 900})
+    _shot(page, "console-decide.png")
+    page.fill("#req-s1-a1 form.approve input[name=reason]", "invoice 7 checked")
+    page.click("#req-s1-a1 form.approve button")
+    assert "approve s1-a1 of run pay-1" in page.inner_text("#what")
+    assert "run pay (step 1) with the approved arguments" in page.inner_text("#next")
+    _shot(page, "console-recorded.png")
+    decision = report(runs, "pay-1")["requests"][0]["decision"]
+    assert decision["decision"] == "approved" and decision["reason"] == "invoice 7 checked"
+    page.click("text=Back to run pay-1")
+    assert page.inner_text("#status") == "stopped: resume continues it"
+    resume(runs, "pay-1")  # a worker, a shell or the agent's process resumes; the page follows by itself
+    page.wait_for_selector("#status.st-finished", timeout=15_000)
+    assert page.inner_text("#result") == "the tool said: paid 250 to acme (invoice 7)"
+    assert _ledger(runs) == ["paid 250 to acme"]
+    _shot(page, "console-finished.png")
+
+
+def test_a_denial_in_the_browser_reaches_the_model_and_nothing_runs(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "pay-2", "pay", {"to": "mallory", "amount": 9000})
+    page.goto(f"{server.base}runs/pay-2")
+    page.fill("#req-s1-a1 form.deny input[name=reason]", "not a supplier of ours")
+    page.click("#req-s1-a1 form.deny button")
+    assert "deny s1-a1" in page.inner_text("#what")
+    result = resume(runs, "pay-2")
+    assert "denied by" in result.final and "not a supplier of ours" in result.final
+    assert "mallory" not in "".join(_ledger(runs))
+
+
+@pytest.mark.slow  # the default suite keeps the issue's cases; CI runs these by `pytest -m slow`
+def test_edited_arguments_are_what_runs(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "pay-3", "pay", {"to": "acme", "amount": 900})
+    page.goto(f"{server.base}runs/pay-3")
+    page.click("#req-s1-a1 details summary")
+    page.fill("#req-s1-a1 form.edit textarea[name=args]", '{"to": "acme", "amount": 90}')
+    page.fill("#req-s1-a1 form.edit input[name=reason]", "capped")
+    page.click("#req-s1-a1 form.edit button")
+    assert "approve edited s1-a1" in page.inner_text("#what")
+    assert resume(runs, "pay-3").final == "the tool said: paid 90 to acme ()"
+
+
+def test_two_tabs_deciding_the_same_call_one_wins_the_other_is_told(
+    browser: Any, page: Any, server: Server, runs: Path
+) -> None:
+    start_run(runs, "pay-4", "pay", {"to": "acme", "amount": 300})
+    other = browser.new_context()
+    second = other.new_page()
+    second.goto(server.token_url)
+    for tab in (page, second):
+        tab.goto(f"{server.base}runs/pay-4")
+        tab.fill("#req-s1-a1 form.approve input[name=reason]", "ok")
+        tab.fill("#req-s1-a1 form.deny input[name=reason]", "no")
+    page.click("#req-s1-a1 form.approve button")
+    assert "approve s1-a1" in page.inner_text("#what")
+    second.click("#req-s1-a1 form.deny button")
+    why = second.inner_text("#why")
+    assert "cannot decide" in why or "s1-a1" in why
+    assert "it was approved by" in why and "Nothing was written" in why
+    other.close()
+    requests = report(runs, "pay-4")["requests"]
+    assert [r["decision"]["decision"] for r in requests] == ["approved"]
+
+
+def test_a_form_drawn_before_the_arguments_changed_is_refused(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "pay-5", "pay", {"to": "acme", "amount": 100})
+    page.goto(f"{server.base}runs/pay-5")
+    page.fill("#req-s1-a1 form.approve input[name=reason]", "100 is fine")
+    # Meanwhile the run is replaced by one of the same id that asks for more: the same request id, other arguments.
+    (runs / "pay-5.jsonl").rename(runs.parent / "pay-5.old.jsonl")
+    start_run(runs, "pay-5", "pay", {"to": "acme", "amount": 100_000})
+    page.click("#req-s1-a1 form.approve button")
+    why = page.inner_text("#why")
+    assert "its arguments hash to" in why and "review them again" in why and "Nothing was written" in why
+    assert report(runs, "pay-5")["requests"][0]["decision"] is None
+
+
+def test_a_decision_on_the_command_line_makes_the_open_form_stale(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "ask-1", "ask_human", {"question": "which account?"})
+    page.goto(f"{server.base}runs/ask-1")
+    page.fill("#req-s1-a1 form.answer textarea", "the second one")
+    from console_helpers import off_thread
+    import asyncio
+
+    from polyloop import JsonlStore, answer
+
+    off_thread(lambda: asyncio.run(answer(JsonlStore(runs), "ask-1", "s1-a1", "the first one", by="bob")))
+    page.wait_for_selector("#moved:not([hidden])", timeout=10_000)  # the page says it moved, keeps the typing
+    page.click("#req-s1-a1 form.answer button")
+    why = page.inner_text("#why")
+    assert "since the page was drawn" in why and "it was answered by bob" in why
+    assert resume(runs, "ask-1").final == "the tool said: the first one"
+
+
+@pytest.mark.slow  # the default suite keeps the issue's cases; CI runs these by `pytest -m slow`
+def test_an_answer_and_a_cancel_from_the_browser(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "ask-2", "ask_human", {"question": "which account?"})
+    page.goto(f"{server.base}runs/ask-2")
+    page.fill("#req-s1-a1 form.answer textarea", "the savings account")
+    page.click("#req-s1-a1 form.answer button")
+    assert "answer s1-a1" in page.inner_text("#what")
+    assert resume(runs, "ask-2").final == "the tool said: the savings account"
+    start_run(runs, "pay-6", "pay", {"to": "acme", "amount": 1})
+    page.goto(f"{server.base}runs/pay-6")
+    page.fill("#cancel input[name=reason]", "superseded by pay-7")
+    page.click("#cancel button")
+    assert "cancel: cancelled" in page.inner_text("#what")
+    assert report(runs, "pay-6")["cancelled"]["why"] == "superseded by pay-7"
+
+
+@pytest.mark.slow  # the default suite keeps the issue's cases; CI runs these by `pytest -m slow`
+def test_an_unknown_action_is_settled_from_the_browser(page: Any, server: Server, runs: Path) -> None:
+    crash_run(runs, "send-1", "ops")
+    page.goto(f"{server.base}runs/send-1")
+    assert "unknown" in page.inner_text("#req-s1-a1 h3") and "unknown" in page.inner_text("#timeline")
+    page.fill("#req-s1-a1 form.executed textarea[name=observation]", "the message is in ops' inbox")
+    page.fill("#req-s1-a1 form.executed input[name=reason]", "checked the mail server")
+    page.click("#req-s1-a1 form.executed button")
+    assert "executed s1-a1" in page.inner_text("#what")
+    assert resume(runs, "send-1").final == "the tool said: the message is in ops' inbox"
+    assert _ledger(runs).count("sent to ops") == 1  # settled, never sent again
+
+
+def test_the_runs_page_lists_the_runs_with_what_waits_and_filters_them(page: Any, server: Server, runs: Path) -> None:
+    start_run(runs, "pay-9", "pay", {"to": "initech", "amount": 1200})
+    page.goto(server.base)
+    page.set_viewport_size({"width": 1100, "height": 560})
+    _shot(page, "console-runs.png")
+    rows = page.locator("table.runs tbody tr")
+    assert rows.count() >= 6
+    assert "approval pay (s1-a1)" in page.inner_text("table.runs tbody tr:first-child")  # most recent first
+    page.select_option("select[name=status]", "finished")
+    page.click("form.filters button")
+    assert "status=finished" in page.url
+    statuses = page.locator("table.runs tbody .badge").all_inner_texts()
+    assert statuses and set(statuses) == {"finished"}
+
+
+@pytest.mark.slow  # waits for the runs page's next look (every 2 s)
+def test_the_runs_page_follows_new_runs_by_itself(page: Any, server: Server, runs: Path) -> None:
+    page.goto(server.base)
+    start_run(runs, "pay-10", "pay", {"to": "globex", "amount": 3})
+    page.wait_for_selector("table.runs a:text-is('pay-10')", timeout=15_000)
+
+
+@pytest.mark.slow
+def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
+    orders = runs.parent / "orders.csv"
+    orders.write_text("1042,250\n")
+    start_run(runs, "pay-11", "pay", {"to": "acme", "amount": 250}, inputs={"orders": str(orders)})
+    page.goto(f"{server.base}runs/pay-11")
+    page.fill("#req-s1-a1 form.approve input[name=reason]", "ok")
+    page.click("#req-s1-a1 form.approve button")
+    orders.write_text("1042,2500\n")
+    page.goto(f"{server.base}runs/pay-11")
+    shown = page.inner_text("#validity")
+    assert "orders" in shown and "polyloop resume pay-11 --accept-changes --reason TEXT" in shown
+    assert page.inner_text("#next").startswith("refuse (exit code 4)")
