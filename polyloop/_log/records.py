@@ -24,7 +24,7 @@ import orjson
 
 from .errors import RecordError, SchemaVersionError  # noqa: F401  (RecordError: readers import it with the records)
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 """`major.minor` of the log format this library writes."""
 
 SUPPORTED_MAJOR = 1
@@ -61,7 +61,12 @@ def utc_now() -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted:
-    """First record of every run: what runs, with what configuration, towards what goal."""
+    """First record of every run: what runs, with what configuration, towards what goal.
+
+    `trace` (log format 1.4) is the W3C `traceparent` of the run's first
+    `invoke_agent` span when the run was traced (docs/how-to/see-runs-in-your-tracing-tool.md):
+    every later process of the run continues that trace. Absent otherwise.
+    """
 
     TAG: ClassVar[str] = "run_started"
     run_id: str
@@ -69,6 +74,7 @@ class RunStarted:
     target: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
+    trace: str | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -291,10 +297,13 @@ class Resumed:
 
     Counted for the crash-loop budget: `config.max_resumes_without_progress`
     of these with no step completed in between stop the next resume.
+    `trace` (log format 1.4) is the W3C `traceparent` of this resume's
+    `invoke_agent` span when it was traced; absent otherwise.
     """
 
     TAG: ClassVar[str] = "resumed"
     by: str
+    trace: str | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -387,6 +396,7 @@ NEW_IN_1_2: tuple[type, ...] = (
 )
 # Records a writer before 1.3 never wrote.
 NEW_IN_1_3: tuple[type, ...] = (RunStopped,)
+# Log format 1.4 adds no record kind; it adds the optional `trace` of `run_started` and `resumed`.
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 # The durability rule, written once (docs/reference/stores.md): True when a store must make the
@@ -461,6 +471,8 @@ _OMIT_NONE: dict[type, frozenset[str]] = {
     StepCompleted: frozenset({"calls"}),
     ApprovalRequest: frozenset({"call"}),
     RunFinished: frozenset({"by", "why"}),
+    RunStarted: frozenset({"trace"}),  # 1.4: only a traced run has one
+    Resumed: frozenset({"trace"}),
 }
 
 
