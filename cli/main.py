@@ -71,6 +71,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "answer": ("decide", "answer_command", "Answer a question the model asked a person (ask_human)."),
     "resume": ("resume", "command", "Continue a run after a crash."),
     "watch": ("watch", "command", "Follow a run live until it finishes or stops."),
+    "trace": ("trace_cmd", "command", "Rebuild a run's trace from its log alone; print it or send it over OTLP."),
     "cancel": ("cancel", "command", "End a run for good, on the record (who, why); a live one at a safe point."),
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
     "doctor": ("doctor", "command", "Check the store can keep runs (and an agent imports)."),

@@ -17,10 +17,12 @@ from ._log.names import execution_name
 from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._operate.shapes import JSON_SCHEMA
+from ._operate.trace import trace_json, trace_run
+from ._trace.content import capture_from_env, telemetry_by_env
 from ._run.target import canonical_target
 from .stores._place import place_of
 
 __all__ = [
     "JSON_SCHEMA", "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
-    "resolve",
+    "resolve", "capture_from_env", "telemetry_by_env", "trace_json", "trace_run",
 ]

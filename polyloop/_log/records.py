@@ -40,7 +40,6 @@ Source = Literal["operator", "reconcile"]
 RequestKind = Literal["approval", "answer"]
 DecisionKind = Literal["approved", "denied", "answered"]
 
-
 # What a checkpoint difference (`CheckpointError.differences`, `checkpoint_accepted`) can name.
 DIFFERENCE_KINDS = ("input", "logic_version", "config", "product")
 
@@ -63,9 +62,7 @@ def utc_now() -> str:
 class RunStarted:
     """First record of every run: what runs, with what configuration, towards what goal.
 
-    `trace` (log format 1.4) is the W3C `traceparent` of the run's first
-    `invoke_agent` span when the run was traced (docs/how-to/see-runs-in-your-tracing-tool.md):
-    every later process of the run continues that trace. Absent otherwise.
+    `trace` (log format 1.4): the W3C `traceparent` of a traced run's first span; later processes continue its trace.
     """
 
     TAG: ClassVar[str] = "run_started"
@@ -297,8 +294,7 @@ class Resumed:
 
     Counted for the crash-loop budget: `config.max_resumes_without_progress`
     of these with no step completed in between stop the next resume.
-    `trace` (log format 1.4) is the W3C `traceparent` of this resume's
-    `invoke_agent` span when it was traced; absent otherwise.
+    `trace` (log format 1.4): the W3C `traceparent` of a traced resume's span.
     """
 
     TAG: ClassVar[str] = "resumed"
@@ -395,8 +391,7 @@ NEW_IN_1_2: tuple[type, ...] = (
     ApprovalRequest, Decision, CheckpointAccepted, Resumed, CrashLoopAccepted, Artifact,
 )
 # Records a writer before 1.3 never wrote.
-NEW_IN_1_3: tuple[type, ...] = (RunStopped,)
-# Log format 1.4 adds no record kind; it adds the optional `trace` of `run_started` and `resumed`.
+NEW_IN_1_3: tuple[type, ...] = (RunStopped,)  # 1.4 adds no kind: the optional `trace` of two
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 # The durability rule, written once (docs/reference/stores.md): True when a store must make the
@@ -471,8 +466,7 @@ _OMIT_NONE: dict[type, frozenset[str]] = {
     StepCompleted: frozenset({"calls"}),
     ApprovalRequest: frozenset({"call"}),
     RunFinished: frozenset({"by", "why"}),
-    RunStarted: frozenset({"trace"}),  # 1.4: only a traced run has one
-    Resumed: frozenset({"trace"}),
+    RunStarted: frozenset({"trace"}), Resumed: frozenset({"trace"}),  # 1.4: only traced runs have one
 }
 
 

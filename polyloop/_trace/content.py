@@ -31,3 +31,18 @@ def output_messages(output: dict[str, Any]) -> str:
         if isinstance(c, dict):
             parts.append({"type": "tool_call", "name": c.get("name"), "arguments": c.get("args")})
     return to_json([{"role": "assistant", "parts": parts}])
+
+
+# What turns telemetry on without `--otel` (the exporter variables the OpenTelemetry SDK reads).
+TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
+
+
+def telemetry_by_env(environ: Any = None) -> bool:
+    """Whether the environment asks for telemetry: an OTLP endpoint or a traces exporter other
+    than `none` is set, and `OTEL_SDK_DISABLED` is not `true`. Reads variables only."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return any(env.get(name) for name in TURN_ON)

@@ -8,21 +8,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from .._log.errors import InvalidInputError
-
-# What turns tracing on without `--otel` (the exporter variables the OpenTelemetry SDK reads).
-TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
-
-
-def enabled_by_env(environ: Any = None) -> bool:
-    """Whether the environment asks for telemetry: an OTLP endpoint or a traces exporter other
-    than `none` is set, and `OTEL_SDK_DISABLED` is not `true`."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
-        return False
-    return any(env.get(name) for name in TURN_ON)
-
+from .._trace.content import telemetry_by_env as enabled_by_env  # noqa: F401  (re-exported)
 
 def providers_from_env() -> tuple[Any, Any]:
     """A `TracerProvider` and a `MeterProvider` exporting as the OTEL_* variables say.
