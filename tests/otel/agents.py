@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 from polyloop import Agent, ScriptedModel, tool
@@ -22,6 +23,7 @@ def _maybe_die(name: str) -> None:
     mark = Path(os.environ.get("POLYLOOP_TEST_MARKS", "."), f"killed-{name}")
     if not mark.exists():
         mark.write_text("1")
+        time.sleep(float(os.environ.get("POLYLOOP_TEST_DIE_AFTER", "0")))  # lets an exporter flush first
         os.kill(os.getpid(), signal.SIGKILL)
 
 
