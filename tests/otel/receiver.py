@@ -65,8 +65,9 @@ def _decode(body: bytes) -> list[Received]:
 
 
 @contextmanager
-def otlp_receiver() -> Iterator[Receiver]:
-    """An OTLP/HTTP (protobuf) receiver on a free port of 127.0.0.1, for as long as the block runs."""
+def otlp_receiver(status: int = 200) -> Iterator[Receiver]:
+    """An OTLP/HTTP (protobuf) receiver on a free port of 127.0.0.1, for as long as the block runs
+    (answering `status`: 400 refuses every export for good)."""
     lock = threading.Lock()
     receiver = Receiver("")
 
@@ -78,7 +79,7 @@ def otlp_receiver() -> Iterator[Receiver]:
                     receiver.spans.extend(_decode(body))
                 else:
                     receiver.metric_posts += 1
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
             self.end_headers()
