@@ -23,7 +23,20 @@ Otel = Annotated[
     ),
 ]
 
-Wrap = Callable[[Any], Any]
+class Wrap:
+    """Wraps a store so its runs are traced (the store itself when telemetry is off), and counts
+    what a PostgreSQL worker's events tell (`polyloop.otel.WorkerMetrics`)."""
+
+    def __init__(self, wrap: Callable[[Any], Any] | None = None, worker: Any = None) -> None:
+        self._wrap = wrap
+        self._worker = worker
+
+    def __call__(self, store: Any) -> Any:
+        return self._wrap(store) if self._wrap is not None else store
+
+    def worker_event(self, event: Any) -> None:
+        if self._worker is not None:
+            self._worker.on_event(event)
 
 
 @contextlib.contextmanager
@@ -31,7 +44,7 @@ def telemetry(asked: bool) -> Iterator[Wrap]:
     """Yield what wraps a store so its runs are traced (the store itself when telemetry is off);
     flush and shut the exporters down on the way out."""
     if not asked and not telemetry_by_env():
-        yield _same
+        yield Wrap()
         return
     try:
         from polyloop import otel
@@ -40,18 +53,15 @@ def telemetry(asked: bool) -> Iterator[Wrap]:
             raise BadInput("--otel needs the otel extra: pip install 'polyloop[otel]'") from None
         sys.stderr.write("polyloop: OTEL_* variables are set, but polyloop[otel] is not installed: "
                          "no spans are sent\n")
-        yield _same
+        yield Wrap()
         return
     try:
         tracer_provider, meter_provider = otel.providers_from_env()
     except ValueError as exc:  # InvalidInputError: an exporter or protocol the extra does not ship
         raise BadInput(str(exc)) from None
     try:
-        yield lambda store: otel.instrument(store, tracer_provider=tracer_provider, meter_provider=meter_provider)
+        yield Wrap(otel.instrumenter(tracer_provider=tracer_provider, meter_provider=meter_provider),
+                   otel.WorkerMetrics(meter_provider))
     finally:
         tracer_provider.shutdown()
         meter_provider.shutdown()
-
-
-def _same(store: Any) -> Any:
-    return store

@@ -17,6 +17,7 @@ from its log alone (`polyloop trace RUN`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .._trace.content import capture_from_env
@@ -33,6 +34,7 @@ __all__ = [
     "enabled_by_env",
     "export",
     "instrument",
+    "instrumenter",
     "providers_from_env",
     "readable_spans",
     "rebuild",
@@ -57,3 +59,13 @@ def instrument(
     """
     content = capture_from_env() if capture_content is None else capture_content
     return TracedStore(store, Telemetry(tracer_provider, meter_provider, content=content))
+
+
+def instrumenter(
+    *, tracer_provider: Any = None, meter_provider: Any = None, capture_content: bool | None = None
+) -> Callable[[Any], TracedStore]:
+    """What `instrument`s many stores with one tracer and one set of instruments (a worker's runs,
+    `Worker(observe=...)`)."""
+    content = capture_from_env() if capture_content is None else capture_content
+    telemetry = Telemetry(tracer_provider, meter_provider, content=content)
+    return lambda store: TracedStore(store, telemetry)
