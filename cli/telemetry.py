@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
@@ -65,3 +66,13 @@ def telemetry(asked: bool) -> Iterator[Wrap]:
     finally:
         tracer_provider.shutdown()
         meter_provider.shutdown()
+
+
+def hand_down() -> None:
+    """Ask the processes this one starts (a batch's workers) to trace their runs; refused (exit 2)
+    without polyloop[otel]."""
+    try:
+        import polyloop.otel  # noqa: F401
+    except ImportError:
+        raise BadInput("--otel needs the otel extra: pip install 'polyloop[otel]'") from None
+    os.environ["POLYLOOP_OTEL"] = "1"

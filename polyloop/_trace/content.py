@@ -39,10 +39,11 @@ TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", 
 
 def telemetry_by_env(environ: Any = None) -> bool:
     """Whether the environment asks for telemetry: an OTLP endpoint or a traces exporter other
-    than `none` is set, and `OTEL_SDK_DISABLED` is not `true`. Reads variables only."""
+    than `none` is set (or `POLYLOOP_OTEL=1`, which `polyloop batch --otel` hands its worker
+    processes), and `OTEL_SDK_DISABLED` is not `true`. Reads variables only."""
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
-    return any(env.get(name) for name in TURN_ON)
+    return env.get("POLYLOOP_OTEL") == "1" or any(env.get(name) for name in TURN_ON)

@@ -35,6 +35,7 @@ __all__ = [
     "export",
     "instrument",
     "instrumenter",
+    "observe_from_env",
     "providers_from_env",
     "readable_spans",
     "rebuild",
@@ -69,3 +70,20 @@ def instrumenter(
     content = capture_from_env() if capture_content is None else capture_content
     telemetry = Telemetry(tracer_provider, meter_provider, content=content)
     return lambda store: TracedStore(store, telemetry)
+
+
+def observe_from_env(store: Any) -> tuple[TracedStore, Callable[[], None]]:
+    """`store` traced with exporters from the OTEL_* variables, and what flushes and shuts them
+    down (a batch's worker processes, under `polyloop batch --otel`)."""
+    tracer_provider, meter_provider = providers_from_env()
+
+    def shutdown() -> None:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+    def flush() -> None:  # each run's spans as it lets go: a batch's workers are killed at its end
+        tracer_provider.force_flush()
+        meter_provider.force_flush()
+
+    telemetry = Telemetry(tracer_provider, meter_provider, content=capture_from_env())
+    return TracedStore(store, telemetry, on_release=flush), shutdown

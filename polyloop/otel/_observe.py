@@ -166,9 +166,10 @@ class TracedStore:
     `traceparent` of their process's span (`trace`, log format 1.4).
     """
 
-    def __init__(self, store: Any, telemetry: Telemetry) -> None:
+    def __init__(self, store: Any, telemetry: Telemetry, *, on_release: Any = None) -> None:
         self._inner = store
         self._telemetry = telemetry
+        self._on_release = on_release  # e.g. flush the exporters: a batch kills its workers at the end
         self._runs: dict[str, Trace] = {}
         self.capabilities = capabilities_of(store)
 
@@ -209,6 +210,8 @@ class TracedStore:
         if run is not None:
             self._telemetry.apply(run, run.end_process(_now(), error))
             self._telemetry.abandon(run_id)
+            if self._on_release is not None:
+                self._on_release()
 
     def close(self) -> None:
         """End the span of every run this store still reports for."""
