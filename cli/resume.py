@@ -58,11 +58,8 @@ def command(
     with the exact `polyloop mark-resolved` commands that settle it, unless
     its tool declares `reconcile`, which settles it by asking the world. A
     failed verification prints an ALERT line; one that no rollback undid
-    stops the run (exit 3) too. A
-    finished run is reported, not re-run; a corrupt log is refused. Before
-    anything runs, every intermediate product the run referenced is checked
-    (present, same size and SHA-256): a missing or altered one refuses the
-    resume (exit 4), naming it.
+    stops the run (exit 3) too. A finished run is reported, not re-run; a
+    corrupt log is refused.
 
     Before anything runs, the run's inputs (re-read from the paths recorded
     at its start, or the --input given now), logic version and agent
