@@ -160,6 +160,8 @@ class Trace:
         self.agent = "agent"
         self.last_at = 0
         self.opened_live = False
+        # Spans a settlement found cut, while history was fed: the next live process reports them.
+        self.unreported: list[Span] = []
 
     # -- feeding ---------------------------------------------------------------------
 
@@ -202,6 +204,9 @@ class Trace:
         previous = self.processes[-1] if self.processes else None
         if previous is not None:
             self._cut(at, out, final=False)
+        if self.live and self.reporting:  # cut spans a person's settlement found before this process
+            out.extend(Change("close", s) for s in self.unreported)
+        self.unreported = []
         ids = parse_traceparent(recorded)
         if self.trace_id is None:
             self.trace_id = ids[0] if ids else trace_id_of(self.run_id)
@@ -213,11 +218,11 @@ class Trace:
             N.OPERATION: N.INVOKE_AGENT, N.AGENT_NAME: self.agent, N.CONVERSATION_ID: self.run_id,
             N.RUN_ID: self.run_id, N.PROCESS: n, N.RESUMED: n > 0, **self._provider(),
         })
+        span.events.extend(self.pending)  # settlements since the last process: before what it finds
+        self.pending = []
         if previous is not None:
             span.links.append(previous.span_id)
             span.events.extend(self._found(at))
-        span.events.extend(self.pending)
-        self.pending = []
         self.processes.append(span)
         self.spans.append(span)
         if span.live:
@@ -267,6 +272,8 @@ class Trace:
         if error is not None:
             span.error = error
             span.attributes[N.ERROR_TYPE] = error
+            if not self.reporting and error in (N.ERROR_CUT, N.ERROR_CRASHED):
+                self.unreported.append(span)
         out.append(Change("close", span))
 
     def _event(self, event: Event, out: list[Change]) -> None:
@@ -397,6 +404,11 @@ class Trace:
 
     def _resolution(self, r: Resolution, at: int, out: list[Change]) -> None:
         e = self.executions.get(r.result_id)
+        if e is not None and e.state == "in_flight":  # a person settles only what a crash cut
+            self._cut(at, out, final=False)
+        if e is not None and e.state == "unknown_found":
+            self._event(Event(N.EVENT_UNKNOWN, at, {N.RESULT_ID: r.result_id, N.OPERATION: _op(e.kind),
+                                                    N.STEP: e.step, N.STATE: "unknown", N.VERDICT: _verdict(e)}), out)
         if e is not None:
             e.state = "done" if r.outcome == "executed" else "not_executed"
         self._event(Event(N.EVENT_RESOLVED, at, {N.RESULT_ID: r.result_id, N.STATE: r.outcome,
