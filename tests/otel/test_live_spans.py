@@ -150,3 +150,39 @@ async def test_metrics_count_runs_tokens_and_durations(sink):
     usage = {p.attributes["gen_ai.token.type"]: p.sum for p in points["gen_ai.client.token.usage"]}
     assert usage == {"input": 33, "output": 21}
     assert sum(p.count for p in points["gen_ai.client.operation.duration"]) == 3
+
+
+async def test_a_crash_a_person_settled_before_the_resume_is_still_reported_by_the_resume(sink):
+    from polyloop import NeedsOperatorError, mark_resolved
+
+    inner = MemoryStore()
+    state = {"die": True}
+
+    @tool
+    async def send(to: str) -> str:
+        """Send an email (never replayed)."""
+        if state["die"]:
+            state["die"] = False
+            raise Killed()
+        return "sent"
+
+    def agent() -> Agent:
+        return Agent(model=ScriptedModel([{"tool": "send", "args": {"to": "ops"}}, {"final": "done"}]), tools=[send])
+
+    lost = type(sink)()
+    with pytest.raises(Killed):
+        await agent().run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=lost.tracer_provider))
+    with pytest.raises(NeedsOperatorError):  # the resume stops: nothing is written, nothing reported
+        await agent().run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=sink.tracer_provider))
+    assert sink.spans() == []
+    await mark_resolved(inner, "r1", "s1-a1", executed=True, observation="sent", reason="the mail is there")
+    result = await agent().run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=sink.tracer_provider))
+    assert result.reason == "final_answer"
+    spans = {s.attributes.get("polyloop.result.id", s.name + str(s.attributes.get("polyloop.process"))): s
+             for s in sink.spans()}
+    assert spans["s1-a1"].attributes["error.type"] == "polyloop.unknown"  # the cut span, reported once
+    assert spans["invoke_agent agent0"].attributes["error.type"] == "polyloop.crashed"
+    resumed = spans["invoke_agent agent1"]
+    assert [e.name for e in resumed.events] == ["polyloop.unknown", "polyloop.resolved", "polyloop.reused",
+                                                "polyloop.reused"]
+    assert len(sink.spans()) == 4  # the two cut ones, the resume's span, one chat (s2-m1): nothing twice
