@@ -160,8 +160,9 @@ class Trace:
         self.agent = "agent"
         self.last_at = 0
         self.opened_live = False
-        # Spans a settlement found cut, while history was fed: the next live process reports them.
-        self.unreported: list[Span] = []
+        # What a settlement found (cut spans) or did (a decision) while history was fed: the next
+        # live process reports it.
+        self.unreported: list[Change] = []
 
     # -- feeding ---------------------------------------------------------------------
 
@@ -204,8 +205,8 @@ class Trace:
         previous = self.processes[-1] if self.processes else None
         if previous is not None:
             self._cut(at, out, final=False)
-        if self.live and self.reporting:  # cut spans a person's settlement found before this process
-            out.extend(Change("close", s) for s in self.unreported)
+        if self.live and self.reporting:  # what happened since the last process: cuts, decisions
+            out.extend(self.unreported)
         self.unreported = []
         ids = parse_traceparent(recorded)
         if self.trace_id is None:
@@ -273,12 +274,14 @@ class Trace:
             span.error = error
             span.attributes[N.ERROR_TYPE] = error
             if not self.reporting and error in (N.ERROR_CUT, N.ERROR_CRASHED):
-                self.unreported.append(span)
+                self.unreported.append(Change("close", span))
         out.append(Change("close", span))
 
-    def _event(self, event: Event, out: list[Change]) -> None:
+    def _event(self, event: Event, out: list[Change], between: bool = False) -> None:
+        """Add `event` to the current process's span; a settlement written `between` processes (by
+        a person's command) waits for the next one when the current one is not this process's."""
         current = self.processes[-1] if self.processes else None
-        if current is None or current.end is not None:
+        if current is None or current.end is not None or (between and self.live and not current.live):
             self.pending.append(event)
             return
         current.events.append(event)
@@ -408,11 +411,11 @@ class Trace:
             self._cut(at, out, final=False)
         if e is not None and e.state == "unknown_found":
             self._event(Event(N.EVENT_UNKNOWN, at, {N.RESULT_ID: r.result_id, N.OPERATION: _op(e.kind),
-                                                    N.STEP: e.step, N.STATE: "unknown", N.VERDICT: _verdict(e)}), out)
+                                                    N.STEP: e.step, N.STATE: "unknown", N.VERDICT: _verdict(e)}), out, True)
         if e is not None:
             e.state = "done" if r.outcome == "executed" else "not_executed"
         self._event(Event(N.EVENT_RESOLVED, at, {N.RESULT_ID: r.result_id, N.STATE: r.outcome,
-                                                 N.RESOLVED_BY: r.source}), out)
+                                                 N.RESOLVED_BY: r.source}), out, True)
 
     def _request(self, r: ApprovalRequest, at: int, out: list[Change]) -> None:
         self.waiting[r.result_id] = r.at
@@ -422,14 +425,14 @@ class Trace:
 
     def _decision(self, r: Decision, at: int, out: list[Change]) -> None:
         asked = self.waiting.pop(r.id, None)
-        self._event(Event(N.EVENT_DECIDED, at, {N.RESULT_ID: r.id, N.DECISION: r.decision}), out)
+        self._event(Event(N.EVENT_DECIDED, at, {N.RESULT_ID: r.id, N.DECISION: r.decision}), out, True)
         if asked is not None:
-            out.append(Change("metric", metric=N.M_WAITING, amount=-1))
-            out.append(Change("metric", metric=N.M_WAIT_AGE, amount=(at - ns(asked)) / 1e9,
-                              attributes={N.DECISION: r.decision}))
+            done = [Change("metric", metric=N.M_WAITING, amount=-1), Change(
+                "metric", metric=N.M_WAIT_AGE, amount=(at - ns(asked)) / 1e9, attributes={N.DECISION: r.decision})]
+            (out if self.reporting else self.unreported).extend(done)
 
     def _accepted(self, r: CheckpointAccepted | CrashLoopAccepted, at: int, out: list[Change]) -> None:
-        self._event(Event(N.EVENT_ACCEPTED, at, {N.ACCEPTED: r.TAG}), out)
+        self._event(Event(N.EVENT_ACCEPTED, at, {N.ACCEPTED: r.TAG}), out, True)
 
     def _finished(self, r: RunFinished, at: int, out: list[Change]) -> None:
         current = self.processes[-1]

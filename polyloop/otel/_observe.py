@@ -27,7 +27,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from .._log.records import Record, Resumed, RunStarted
 from .._log.store_port import capabilities_of
 from .._trace import names as N
-from .._trace.spans import Change, Span, Trace, traceparent
+from .._trace.spans import Change, Span, Trace, derived_id, traceparent
 
 _HISTORIC = (N.ERROR_CUT, N.ERROR_CRASHED)  # spans a crashed process could not report: its resumer does
 
@@ -100,7 +100,6 @@ class Telemetry:
             current = trace.get_current_span(parent_ctx).get_span_context()
             if current.is_valid:
                 run.trace_id = format(current.trace_id, "032x")
-                from .._trace.spans import derived_id
                 span.span_id = derived_id(run.trace_id, span.key)
         else:
             parent = self.live.get((run.run_id, f"p{span.process}")) if span.key != f"p{span.process}" else None

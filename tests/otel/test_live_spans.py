@@ -186,3 +186,28 @@ async def test_a_crash_a_person_settled_before_the_resume_is_still_reported_by_t
     assert [e.name for e in resumed.events] == ["polyloop.unknown", "polyloop.resolved", "polyloop.reused",
                                                 "polyloop.reused"]
     assert len(sink.spans()) == 4  # the two cut ones, the resume's span, one chat (s2-m1): nothing twice
+
+
+async def test_approvals_waiting_go_up_when_a_call_waits_and_down_when_the_resume_finds_it_decided(sink):
+    from polyloop import ApprovalRequiredError, approve
+
+    @tool(approval="required")
+    def pay(amount: int) -> str:
+        """Pay (a person approves first)."""
+        return "paid"
+
+    def agent() -> Agent:
+        return Agent(model=ScriptedModel([{"tool": "pay", "args": {"amount": 5}}, {"final": "done"}]), tools=[pay])
+
+    inner = MemoryStore()
+    traced = dict(tracer_provider=sink.tracer_provider, meter_provider=sink.meter_provider)
+    with pytest.raises(ApprovalRequiredError):
+        await agent().run("pay", run_id="r1", store=instrument(inner, **traced))
+    assert sum(p.value for p in sink.points()["polyloop.approvals.waiting"]) == 1
+    await approve(inner, "r1", "s1-a1", reason="fine")  # an untraced command, as `polyloop approve` is
+    assert (await agent().run("pay", run_id="r1", store=instrument(inner, **traced))).reason == "final_answer"
+    points = sink.points()
+    assert sum(p.value for p in points["polyloop.approvals.waiting"]) == 0
+    assert sum(p.count for p in points["polyloop.approvals.wait.duration"]) == 1
+    names = [e.name for s in sink.spans() if s.name.startswith("invoke_agent") for e in s.events]
+    assert names.count("polyloop.approval_requested") == 1 and names.count("polyloop.decided") == 1
