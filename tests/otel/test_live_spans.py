@@ -211,3 +211,18 @@ async def test_approvals_waiting_go_up_when_a_call_waits_and_down_when_the_resum
     assert sum(p.count for p in points["polyloop.approvals.wait.duration"]) == 1
     names = [e.name for s in sink.spans() if s.name.startswith("invoke_agent") for e in s.events]
     assert names.count("polyloop.approval_requested") == 1 and names.count("polyloop.decided") == 1
+
+
+async def test_a_run_started_inside_a_span_of_yours_is_its_child_and_resumes_stay_in_that_trace(sink):
+    inner = MemoryStore()
+    tracer = sink.tracer_provider.get_tracer("yours")
+    with tracer.start_as_current_span("handle request") as mine:
+        with pytest.raises(Killed):
+            await _agent(die=True).run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=sink.tracer_provider))
+    await _agent().run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=sink.tracer_provider))
+    ours = mine.get_span_context()
+    assert {s.context.trace_id for s in sink.spans()} == {ours.trace_id}
+    # The first process's span as it ended (here the 'crash' is an exception, so it did end) is a
+    # child of yours; the copy its resume reports for a killed process cannot know your span.
+    first = [s for s in sink.spans() if s.attributes.get("polyloop.process") == 0 and s.name.startswith("invoke")]
+    assert [s.parent.span_id for s in first if s.parent is not None] == [ours.span_id]
