@@ -152,6 +152,7 @@ class Trace:
         self.spans: list[Span] = []
         self.processes: list[Span] = []
         self.executions: dict[str, _Execution] = {}
+        self.latest: dict[tuple[int, int | None, str], _Execution] = {}  # the last attempt of each call
         self.completed: set[int] = set()
         self.model_of_step: dict[int, str] = {}
         self.waiting: dict[str, str] = {}  # request id -> its `at`
@@ -315,7 +316,7 @@ class Trace:
     def _intent(self, r: Intent, at: int, out: list[Change]) -> None:
         assert self.trace_id is not None
         parent = self.processes[-1]
-        previous = _previous_attempt(self.executions, r)
+        previous = self.latest.get((r.step, r.call, r.kind))
         replay = previous is not None and previous.state in ("unknown", "unknown_found")
         attrs: dict[str, Any] = {N.RUN_ID: self.run_id, N.STEP: r.step, N.RESULT_ID: r.result_id,
                                  N.ATTEMPT: r.attempt, N.CONVERSATION_ID: self.run_id}
@@ -341,7 +342,7 @@ class Trace:
         span = Span(r.result_id, name, derived_id(self.trace_id, r.result_id), parent.span_id, at, kind,
                     attrs, live=parent.live, process=parent.process)
         self.spans.append(span)
-        self.executions[r.result_id] = _Execution(span, r.kind, r.step, r.call)
+        self.executions[r.result_id] = self.latest[(r.step, r.call, r.kind)] = _Execution(span, r.kind, r.step, r.call)
         out.append(Change("open", span))
 
     def _model_result(self, r: ModelCallResult, at: int, out: list[Change]) -> None:
@@ -459,13 +460,6 @@ def _verdict(e: _Execution) -> str:
         return "reissue"
     policy = e.span.attributes.get(N.REPLAY_POLICY)
     return "replay" if policy == "safe" else "needs_operator"
-
-
-def _previous_attempt(executions: dict[str, _Execution], r: Intent) -> _Execution | None:
-    for e in reversed(executions.values()):
-        if e.step == r.step and e.call == r.call and e.kind == r.kind:
-            return e
-    return None
 
 
 def _sha(text: str) -> str:
