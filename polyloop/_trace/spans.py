@@ -257,8 +257,9 @@ class Trace:
             cut = True
             e.span.attributes.update({N.STATE: "unknown", N.CUT: True})
             self._close(e.span, at if not final else max(at, e.span.start), N.ERROR_CUT, out)
-            if not final:
-                out.append(Change("metric", metric=N.M_UNKNOWN, amount=1, attributes={N.OPERATION: _op(e.kind)}))
+            if not final:  # counted once: by the process that finds it (or after a settlement found it)
+                found = Change("metric", metric=N.M_UNKNOWN, amount=1, attributes={N.OPERATION: _op(e.kind)})
+                (out if self.reporting else self.unreported).append(found)
         if previous is not None and previous.end is None:
             if cut:
                 previous.attributes[N.CUT] = True

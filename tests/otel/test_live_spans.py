@@ -176,7 +176,8 @@ async def test_a_crash_a_person_settled_before_the_resume_is_still_reported_by_t
         await agent().run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=sink.tracer_provider))
     assert sink.spans() == []
     await mark_resolved(inner, "r1", "s1-a1", executed=True, observation="sent", reason="the mail is there")
-    result = await agent().run("tell ops", run_id="r1", store=instrument(inner, tracer_provider=sink.tracer_provider))
+    result = await agent().run("tell ops", run_id="r1", store=instrument(
+        inner, tracer_provider=sink.tracer_provider, meter_provider=sink.meter_provider))
     assert result.reason == "final_answer"
     spans = {s.attributes.get("polyloop.result.id", s.name + str(s.attributes.get("polyloop.process"))): s
              for s in sink.spans()}
@@ -186,6 +187,7 @@ async def test_a_crash_a_person_settled_before_the_resume_is_still_reported_by_t
     assert [e.name for e in resumed.events] == ["polyloop.unknown", "polyloop.resolved", "polyloop.reused",
                                                 "polyloop.reused"]
     assert len(sink.spans()) == 4  # the two cut ones, the resume's span, one chat (s2-m1): nothing twice
+    assert sum(p.value for p in sink.points()["polyloop.executions.unknown"]) == 1
 
 
 async def test_approvals_waiting_go_up_when_a_call_waits_and_down_when_the_resume_finds_it_decided(sink):
