@@ -10,7 +10,7 @@ import typer
 
 from polyloop import BatchInterrupted, BatchReport, BatchRun, run_batch
 
-from . import batch_view, documents, options, paste, terminal
+from . import batch_view, documents, options, paste, telemetry, terminal
 from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, UNAVAILABLE, BadInput, failures
 from .scope import Scope
 
@@ -75,6 +75,7 @@ def command(
     store_url: options.StoreUrl = None,
     lease: Lease = None,
     json: options.Json = False,
+    otel: telemetry.Otel = False,
 ) -> None:
     """Run the agent at TARGET once per line of GOALS_FILE; run it again to resume.
 
@@ -97,6 +98,8 @@ def command(
     and the batch's manifest is a row of the table polyloop_batches (on a
     directory it is DIR/.batch-NAME.json).
 
+    --otel: every worker process traces its runs (as `run --otel` does).
+
     Exit: 0 every run finished, 1 some run failed (an error, a bad or
     changed line, a corrupt log, a run held elsewhere) or the database
     cannot be reached, 2 bad usage or bad input (goals file, target, flags;
@@ -114,6 +117,8 @@ def command(
     """
     with failures(Scope(json=json)) as scope:
         scope.directory = where = options.where(directory, store_url)
+        if otel:
+            telemetry.hand_down()  # the worker processes trace their runs
         if lease is not None and not options.is_url(where):
             raise BadInput("--lease applies to a PostgreSQL store (--store postgresql://...)")
         options.utf8(target, "TARGET")

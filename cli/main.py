@@ -72,6 +72,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "resume": ("resume", "command", "Continue a run after a crash."),
     "watch": ("watch", "command", "Follow a run live until it finishes or stops."),
     "serve": ("serve", "command", "Serve a web console to see runs and decide what waits (the serve extra)."),
+    "trace": ("trace_cmd", "command", "Rebuild a run's trace from its log alone; print it or send it over OTLP."),
     "cancel": ("cancel", "command", "End a run for good, on the record (who, why); a live one at a safe point."),
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
     "doctor": ("doctor", "command", "Check the store can keep runs (and an agent imports)."),

@@ -11,7 +11,7 @@ import typer
 from polyloop import RunResult, resume_run
 from polyloop.stores import open_store
 
-from . import alerts, documents, options, outage_view, run_view
+from . import alerts, documents, options, outage_view, run_view, telemetry
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -47,6 +47,7 @@ def command(
         typer.Option("--by", metavar="NAME", help="Who accepts. Default: user@host.", show_default=False),
     ] = None,
     json: options.Json = False,
+    otel: telemetry.Otel = False,
 ) -> None:
     """Continue run ID where it stopped, re-importing the target recorded at its start.
 
@@ -57,11 +58,8 @@ def command(
     with the exact `polyloop mark-resolved` commands that settle it, unless
     its tool declares `reconcile`, which settles it by asking the world. A
     failed verification prints an ALERT line; one that no rollback undid
-    stops the run (exit 3) too. A
-    finished run is reported, not re-run; a corrupt log is refused. Before
-    anything runs, every intermediate product the run referenced is checked
-    (present, same size and SHA-256): a missing or altered one refuses the
-    resume (exit 4), naming it.
+    stops the run (exit 3) too. A finished run is reported, not re-run; a
+    corrupt log is refused.
 
     Before anything runs, the run's inputs (re-read from the paths recorded
     at its start, or the --input given now), logic version and agent
@@ -78,7 +76,7 @@ def command(
     live process, 3 needs an operator (or a crash loop), 4 the checkpoint is
     no longer valid (an input, the logic, the configuration or a product), 5
     stopped, resumable: the model stayed unavailable past the retry budget,
-    130 interrupted. --json: one document on stdout, the run as `inspect
+    130 interrupted. --otel: the resume's spans continue the run's trace. --json: one document on stdout, the run as `inspect
     --json` shows it once the command ends, with `exit_code` and `error`.
 
     \b
@@ -92,8 +90,8 @@ def command(
             documents.on_failure(scope, "resume", where, run_id)
         options.utf8(reason, "--reason"), options.utf8(by, "--by")
         resume = ResumeAsked(options.inputs(input_files), accept_changes, accept_crash_loop, reason, by)
-        with documents.quiet(json), outage_view.notices():
-            result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines()))
+        with documents.quiet(json), outage_view.notices(), telemetry.telemetry(otel) as traced:
+            result = asyncio.run(_resume(where, run_id, resume, alerts.AlertLines(), traced))
             run_view.run_result(result, already=result.already_finished)
         documents.ran(json, "resume", where, result, code := result_code(result.reason))
     raise typer.Exit(code)
@@ -110,11 +108,13 @@ class ResumeAsked:
     by: str | None
 
 
-async def _resume(where: str, run_id: str, asked: ResumeAsked, on_alert: alerts.AlertLines) -> RunResult:
+async def _resume(
+    where: str, run_id: str, asked: ResumeAsked, on_alert: alerts.AlertLines, traced: telemetry.Wrap
+) -> RunResult:
     async with open_store(where) as store:
         return await resume_run(
             run_id,
-            store=store,
+            store=traced(store),
             on_resume=lambda step: run_view.resume_begins(run_id, step),
             inputs=asked.inputs,
             accept_changes=asked.accept_changes,

@@ -19,7 +19,7 @@ from polyloop import (
 )
 from polyloop.stores import open_store
 
-from . import alerts, documents, options, outage_view, paste, run_view
+from . import alerts, documents, options, outage_view, paste, run_view, telemetry
 from .errors import failures, result_code
 from .scope import Scope
 
@@ -77,6 +77,7 @@ def command(
     max_steps: MaxSteps = None,
     input_files: options.Inputs = None,
     json: options.Json = False,
+    otel: telemetry.Otel = False,
 ) -> None:
     """Start a new run of the agent at TARGET, with its log in DIR/ID.jsonl.
 
@@ -96,7 +97,9 @@ def command(
     interrupted (the run stays resumable). Every failed verification also prints an ALERT line on stderr.
     With --json, stdout is one document: the run as `inspect --json` shows
     it once the command ends (also when it stopped or failed), with
-    `exit_code` and `error`; everything else goes to stderr.
+    `exit_code` and `error`; everything else goes to stderr. --otel sends
+    the run's spans and metrics to OpenTelemetry (its trace context is
+    recorded in the log, so a resume continues the same trace).
 
     \b
     Example:
@@ -116,19 +119,20 @@ def command(
         if json:
             documents.on_failure(scope, "run", where, rid)
         log = JsonlStore(where).path(rid) if not options.is_url(where) else f"{paste.place(where)} run {rid}"
-        with documents.quiet(json), outage_view.notices():
+        with documents.quiet(json), outage_view.notices(), telemetry.telemetry(otel) as traced:
             run_view.run_begins(rid, log)
-            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given))
+            result = asyncio.run(_run(where, target, goal or "", rid, max_steps, agent, given, traced))
             run_view.run_result(result)
         documents.ran(json, "run", where, result, code := result_code(result.reason))
     raise typer.Exit(code)
 
 
 async def _run(
-    where: str, target: str, goal: str, run_id: str, max_steps: int | None, agent: Agent, inputs: dict[str, str] | None
+    where: str, target: str, goal: str, run_id: str, max_steps: int | None, agent: Agent, inputs: dict[str, str] | None,
+    traced: telemetry.Wrap,
 ) -> RunResult:
     async with open_store(where) as store:
         return await run_target(
-            target, goal=goal, store=store, run_id=run_id, max_steps=max_steps, agent=agent, inputs=inputs,
+            target, goal=goal, store=traced(store), run_id=run_id, max_steps=max_steps, agent=agent, inputs=inputs,
             on_alert=alerts.AlertLines(),
         )

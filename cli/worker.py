@@ -15,7 +15,7 @@ import typer
 
 from polyloop.stores import Worker, WorkerEvent
 
-from . import documents, errors, paste, terminal
+from . import documents, errors, paste, telemetry, terminal
 from .errors import INTERRUPTED, failures
 from .scope import Scope
 from .submit import QueueDir, StoreUrl, postgres_store
@@ -99,6 +99,7 @@ def command(
         )
     ] = False,
     as_json: Json = False,
+    otel: telemetry.Otel = False,
 ) -> None:
     """Claim queued runs from a PostgreSQL store, run them, and take over runs of dead workers.
 
@@ -117,6 +118,9 @@ def command(
     (a call in flight becomes an unknown execution); the leases are still
     released.
 
+    --otel traces every run it runs (the trace a run started continues) and
+    counts takeovers.
+
     --until-idle waits for runs held by other workers too, and for the lease
     of a dead worker to lapse (its runs are then taken over), so it exits
     only once nothing is queued.
@@ -133,9 +137,16 @@ def command(
         # A connection per run at most, plus renewals and the queue's look.
         store = postgres_store(store_url, directory=directory, lease=lease, connections=max(8, concurrency + 2))
         show = _printer(as_json, store_url or os.environ.get("POLYLOOP_STORE") or "")
-        worker = Worker(store, concurrency=concurrency, poll=poll, on_event=show, until_idle=until_idle)
-        with _driver_warnings(show):
-            received = asyncio.run(_work(worker))
+        with telemetry.telemetry(otel) as traced:
+
+            def on_event(event: WorkerEvent) -> None:
+                traced.worker_event(event)
+                show(event)
+
+            worker = Worker(store, concurrency=concurrency, poll=poll, on_event=on_event, until_idle=until_idle,
+                            observe=traced)
+            with _driver_warnings(show):
+                received = asyncio.run(_work(worker))
     if signal.SIGINT in received:
         sys.stderr.write("polyloop: interrupted; every lease this worker held was released\n")
         errors.interruption_reported = True

@@ -19,6 +19,8 @@ from ._log.names import execution_name
 from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._operate.shapes import JSON_SCHEMA
+from ._operate.trace import trace_json, trace_run
+from ._trace.content import capture_from_env, telemetry_by_env
 from ._run.target import canonical_target
 from ._serve.access import ROLES, UsersFileError, add_user
 from ._serve.setup import Options as ServeOptions
@@ -27,7 +29,8 @@ from .stores._place import place_of
 
 __all__ = [
     "JSON_SCHEMA", "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
-    "ROLES", "ServeOptions", "UsersFileError", "add_user", "is_loopback", "resolve", "serve_console",
+    "ROLES", "ServeOptions", "UsersFileError", "add_user", "capture_from_env", "is_loopback", "resolve",
+    "serve_console", "telemetry_by_env", "trace_json", "trace_run",
 ]
 
 

@@ -13,8 +13,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_all_is_sorted_and_lists_exactly_the_public_names():
     assert polyloop.__all__ == sorted(polyloop.__all__)
-    public = {n for n in dir(polyloop) if not n.startswith("_")} - {"stores", "testing", "openai", "anthropic", "mcp", "examples", "for_cli"}
+    public = {n for n in dir(polyloop) if not n.startswith("_")} - {"stores", "testing", "openai", "anthropic", "mcp", "examples", "for_cli", "otel"}
     assert public == set(polyloop.__all__)
+
+
+def test_the_otel_extra_names_are_pinned():
+    import polyloop.otel
+
+    assert polyloop.otel.__all__ == [
+        "Span", "Trace", "TracedStore", "WorkerMetrics", "enabled_by_env", "export", "instrument", "instrumenter",
+        "observe_from_env", "providers_from_env", "readable_spans", "rebuild",
+    ]
+    assert all(hasattr(polyloop.otel, n) for n in polyloop.otel.__all__)
 
 
 def test_reexported_names_report_their_public_module():

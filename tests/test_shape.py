@@ -4,6 +4,7 @@ The layers (docs/explanation/design-choices.md, "The layers"), from the ground u
 
     _log, _files          the log format as a contract; a leaf helper for user paths
     stores/*, _recovery   storage behind the ports; pure recovery (records → verdict → next move)
+    _trace                a run's trace from its records (pure; polyloop.otel carries it out)
     _run                  carries out the next move through the ports
     _operate              people's tools over a log
     _fleet                many runs
@@ -33,6 +34,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("polyloop._log", 0),
     ("polyloop.stores.", 1),  # the store modules; the package facade is below, with the facades
     ("polyloop._recovery", 1),
+    ("polyloop._trace", 1),  # a run's trace from its records: pure, like recovery
     ("polyloop._run", 2),
     ("polyloop._operate", 3),
     ("polyloop._fleet", 4),

@@ -105,6 +105,8 @@ class Worker:
         until_idle: return once no run is queued: none claimable, none held by
             a live lease (this worker's, another's, or a dead worker's that has
             not lapsed yet, which this worker then takes over).
+        observe: called with each claimed run's store; the run goes through
+            what it returns (`polyloop.otel.instrumenter(...)` traces the runs).
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Worker:
         poll: float = 1.0,
         on_event: Callable[[WorkerEvent], None] | None = None,
         until_idle: bool = False,
+        observe: Callable[[Any], Any] | None = None,
         _clock: LeaseClock | None = None,
     ) -> None:
         if concurrency < 1:
@@ -124,6 +127,7 @@ class Worker:
         self.poll = poll
         self.on_event = on_event or (lambda event: None)
         self.until_idle = until_idle
+        self.observe = observe
         self._stop = asyncio.Event()
         self._now = asyncio.Event()
         self._running: dict[asyncio.Task[None], Lease] = {}
@@ -282,7 +286,8 @@ class Worker:
         rid, epoch = lease.run_id, lease.epoch
         try:
             agent = load_target(lease.target or "")
-            result = await agent.run(lease.goal, run_id=rid, store=lease.store, target=lease.target)
+            store = self.observe(lease.store) if self.observe is not None else lease.store
+            result = await agent.run(lease.goal, run_id=rid, store=store, target=lease.target)
         except NeedsOperatorError as exc:
             lease.settle("parked", str(exc))
             return WorkerEvent("parked", rid, epoch, str(exc))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import importlib
 import os
 import signal
 import sys
@@ -28,6 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .._log import commands
+from .._trace.content import telemetry_by_env
 from .._run.agent import Agent
 from .._run.result import RunResult
 from .plan import fresh_run_advice
@@ -71,11 +73,17 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(2)
     commands.serve(settings.get("place", commands.DEFAULT))
     conn.send(("ready", os.getpid()))
-    worker = _Worker(conn, agent, _open_store(settings), settings["target"], settings["wait_active"])
+    store, flush = _open_store(settings), None
+    with contextlib.suppress(ImportError):  # `batch --otel`, or OTEL_* set: polyloop[otel] traces its runs
+        if telemetry_by_env():
+            store, flush = importlib.import_module("polyloop.otel").observe_from_env(store)
+    worker = _Worker(conn, agent, store, settings["target"], settings["wait_active"])
     # Not asyncio.run: its shutdown waits for the threads of sync tools, and a stop
     # must not wait for them; whatever they were doing is, for the log, a crash like any other.
     loop = asyncio.new_event_loop()
     loop.run_until_complete(worker.serve())
+    if flush is not None:
+        flush()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -46,6 +46,7 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
         "target": (_STR, True),
         "config": (_DICT, False),
         "schema_version": (_STR, False),
+        "trace": (_STR, True),
         "at": (_STR, False),
     },
     Intent: {
@@ -139,6 +140,7 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
     },
     Resumed: {
         "by": (_STR, False),
+        "trace": (_STR, True),
         "at": (_STR, False),
     },
     CrashLoopAccepted: {
@@ -168,7 +170,7 @@ _SPEC: dict[type, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 # Fields a writer may leave out (older minor versions, or defaults).
 _OPTIONAL = {
-    RunStarted: {"target", "config"},
+    RunStarted: {"target", "config", "trace"},  # trace: log format 1.4
     Intent: {"tool", "args", "replay", "idempotency_key", "call"},
     ModelCallResult: {"usage", "error", "transient"},
     StepCompleted: {"is_error", "calls"},
@@ -179,7 +181,7 @@ _OPTIONAL = {
     ApprovalRequest: {"reason", "call"},
     Decision: {"reason", "args", "answer"},
     CheckpointAccepted: set(),
-    Resumed: set(),
+    Resumed: {"trace"},  # log format 1.4
     CrashLoopAccepted: set(),
     Artifact: set(),
     RunStopped: {"endpoint"},

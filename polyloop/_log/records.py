@@ -40,7 +40,6 @@ Source = Literal["operator", "reconcile"]
 RequestKind = Literal["approval", "answer"]
 DecisionKind = Literal["approved", "denied", "answered"]
 
-
 # What a checkpoint difference (`CheckpointError.differences`, `checkpoint_accepted`) can name.
 DIFFERENCE_KINDS = ("input", "logic_version", "config", "product")
 
@@ -61,7 +60,10 @@ def utc_now() -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted:
-    """First record of every run: what runs, with what configuration, towards what goal."""
+    """First record of every run: what runs, with what configuration, towards what goal.
+
+    `trace` (log format 1.4): the W3C `traceparent` of a traced run's first span; later processes continue its trace.
+    """
 
     TAG: ClassVar[str] = "run_started"
     run_id: str
@@ -69,6 +71,7 @@ class RunStarted:
     target: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
+    trace: str | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -291,10 +294,12 @@ class Resumed:
 
     Counted for the crash-loop budget: `config.max_resumes_without_progress`
     of these with no step completed in between stop the next resume.
+    `trace` (log format 1.4): the W3C `traceparent` of a traced resume's span.
     """
 
     TAG: ClassVar[str] = "resumed"
     by: str
+    trace: str | None = None
     at: str = field(default_factory=utc_now)
 
 
@@ -386,7 +391,7 @@ NEW_IN_1_2: tuple[type, ...] = (
     ApprovalRequest, Decision, CheckpointAccepted, Resumed, CrashLoopAccepted, Artifact,
 )
 # Records a writer before 1.3 never wrote.
-NEW_IN_1_3: tuple[type, ...] = (RunStopped,)
+NEW_IN_1_3: tuple[type, ...] = (RunStopped,)  # 1.4 adds no kind: the optional `trace` of two
 _BY_TAG: dict[str, type] = {cls.TAG: cls for cls in RECORD_TYPES}
 
 # The durability rule, written once (docs/reference/stores.md): True when a store must make the
@@ -461,6 +466,7 @@ _OMIT_NONE: dict[type, frozenset[str]] = {
     StepCompleted: frozenset({"calls"}),
     ApprovalRequest: frozenset({"call"}),
     RunFinished: frozenset({"by", "why"}),
+    RunStarted: frozenset({"trace"}), Resumed: frozenset({"trace"}),  # 1.4: only traced runs have one
 }
 
 

@@ -26,7 +26,7 @@ def test_the_generated_reference_matches_the_help_texts():
 def test_every_command_is_documented_with_an_example():
     page = (DOCS / "cli.md").read_text(encoding="utf-8")
     names = gen_docs.command_names()
-    assert names == ["run", "demo", "inspect", "ls", "mark-resolved", "approve", "deny", "answer", "resume", "watch", "serve",
+    assert names == ["run", "demo", "inspect", "ls", "mark-resolved", "approve", "deny", "answer", "resume", "watch", "serve", "trace",
                      "cancel", "verify", "doctor", "archive", "batch", "submit", "worker"]
     for name in names:
         assert f"### `polyloop {name}`" in page

@@ -226,7 +226,7 @@ def shown_lines(output: list[str]) -> list[str]:
 BIN = Path(sys.executable).parent
 
 # Nothing from the developer's shell may leak into a documented command (least of all an API key).
-LEAKY = ("POLYLOOP_", "OPENAI_", "ANTHROPIC_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS", "VIRTUAL_ENV")
+LEAKY = ("POLYLOOP_", "OPENAI_", "ANTHROPIC_", "PAYMENTS_", "PYTEST_", "FORCE_COLOR", "COLUMNS", "VIRTUAL_ENV", "OTEL_")
 
 
 def doc_env(**extra: str) -> dict[str, str]:

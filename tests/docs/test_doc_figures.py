@@ -42,3 +42,15 @@ def test_the_pages_that_explain_inspect_show_the_figure() -> None:
         link = "figures/four-states.svg"
         assert link in text, f"{page.relative_to(ROOT)} does not show {link}"
         assert text.index(link) > text.index("$ polyloop inspect"), "show it where inspect's output is explained"
+
+
+def test_the_committed_resumed_trace_figure_is_what_its_source_draws_from_its_kept_trace() -> None:
+    spec = importlib.util.spec_from_file_location("resumed_trace", DOCS / "figures" / "resumed_trace.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.FIGURE.read_text(encoding="utf-8") == module.render(), "run `python docs/figures/resumed_trace.py`"
+    texts = " ".join(t.text or "" for t in ET.fromstring(module.render()).iter("{http://www.w3.org/2000/svg}text"))
+    assert "polyloop.crashed" in texts and "polyloop.unknown" in texts and "polyloop.reused" in texts
+    page = (DOCS / "how-to" / "see-runs-in-your-tracing-tool.md").read_text(encoding="utf-8")
+    assert "../figures/resumed-trace.svg" in page

@@ -78,7 +78,7 @@ def test_the_map_links_every_page() -> None:
 IMPERATIVE = {
     "add", "change", "check", "choose", "configure", "declare", "deploy", "guard", "inspect", "keep", "migrate",
     "ride", "decide",
-    "move", "operate", "read", "recover", "replace", "require", "resume", "run", "settle", "start", "test", "use",
+    "move", "operate", "read", "recover", "replace", "require", "resume", "run", "see", "settle", "start", "test", "use",
     "verify", "write",
 }
 

@@ -10,6 +10,7 @@ import polyloop
 import polyloop.anthropic
 import polyloop.mcp
 import polyloop.openai
+import polyloop.otel
 import polyloop.stores
 import polyloop.testing
 import pytest
@@ -18,7 +19,7 @@ from polyloop_cli import errors as cli_errors
 
 PAGE = DOCS / "reference" / "python-api.md"
 TEXT = PAGE.read_text(encoding="utf-8")
-MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic, polyloop.mcp]
+MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic, polyloop.mcp, polyloop.otel]
 PUBLIC = {(m.__name__, name): getattr(m, name) for m in MODULES for name in m.__all__}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 # What the developer's shell may set that a `polyloop` process reads (or that changes how it prints).
-LEAKY = ("POLYLOOP_", "FORCE_COLOR", "PYTEST_")
+LEAKY = ("POLYLOOP_", "FORCE_COLOR", "PYTEST_", "OTEL_")
 
 
 def console_script() -> list[str]:

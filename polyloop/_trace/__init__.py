@@ -1,0 +1,1 @@
+"""A run's trace from its records (no OpenTelemetry import: `polyloop.otel` carries it out)."""

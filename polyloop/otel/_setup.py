@@ -1,0 +1,104 @@
+"""Tracing and metrics from the standard OTEL_* variables, and the PostgreSQL worker's metrics."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from opentelemetry import metrics
+
+from .._log.errors import InvalidInputError
+from .._trace.content import telemetry_by_env as enabled_by_env  # noqa: F401  (re-exported)
+
+def providers_from_env() -> tuple[Any, Any]:
+    """A `TracerProvider` and a `MeterProvider` exporting as the OTEL_* variables say.
+
+    `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER`: `otlp` (the default;
+    OTLP over HTTP/protobuf to `OTEL_EXPORTER_OTLP_ENDPOINT`, default
+    http://localhost:4318), `console` or `none`. The service is
+    `OTEL_SERVICE_NAME` (default `polyloop`), with `OTEL_RESOURCE_ATTRIBUTES`.
+
+    Raises:
+        InvalidInputError: an exporter or protocol this extra does not ship.
+    """
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if protocol and protocol.strip() != "http/protobuf":
+        raise InvalidInputError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: polyloop[otel] exports OTLP over "
+                                "http/protobuf only")
+    resource = Resource.create({} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "polyloop"})
+    tracer_provider = TracerProvider(resource=resource)
+    span_exporter = _exporter("OTEL_TRACES_EXPORTER", "traces")
+    if span_exporter is not None:
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    readers = []
+    metric_exporter = _exporter("OTEL_METRICS_EXPORTER", "metrics")
+    if metric_exporter is not None:
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        readers.append(PeriodicExportingMetricReader(metric_exporter))
+    return tracer_provider, MeterProvider(resource=resource, metric_readers=readers)
+
+
+def _exporter(variable: str, signal: str) -> Any:
+    chosen = (os.environ.get(variable) or "otlp").strip().lower()
+    if chosen == "none":
+        return None
+    if chosen == "console":
+        if signal == "traces":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            return ConsoleSpanExporter()
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    if chosen != "otlp":
+        raise InvalidInputError(f"{variable}={chosen}: polyloop[otel] ships the otlp, console and none exporters")
+    if signal == "traces":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()
+
+
+class WorkerMetrics:
+    """The PostgreSQL worker's own metrics; call these where the worker learns them.
+
+    `takeover()` when it takes over a dead worker's run, `fenced()` when a
+    write was refused because its lease was taken over (a fenced writer),
+    `claim_latency(seconds)` how long a claim took, `queue_depth(n)` how many
+    runs are queued; `on_event(event)` counts a `WorkerEvent` (takeovers).
+    """
+
+    def __init__(self, meter_provider: Any = None) -> None:
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("polyloop")
+        self._takeovers = meter.create_counter("polyloop.worker.takeovers", "{run}",
+                                               "Runs of a dead worker taken over.")
+        self._fenced = meter.create_counter("polyloop.worker.fenced_rejections", "{write}",
+                                            "Writes refused because the writer's lease was taken over.")
+        self._claims = meter.create_histogram("polyloop.worker.claim.duration", "s", "How long a claim took.")
+        self._depth = meter.create_gauge("polyloop.queue.depth", "{run}", "Runs waiting in the queue.")
+
+    def takeover(self, count: int = 1) -> None:
+        self._takeovers.add(count)
+
+    def fenced(self, count: int = 1) -> None:
+        self._fenced.add(count)
+
+    def claim_latency(self, seconds: float) -> None:
+        self._claims.record(seconds)
+
+    def queue_depth(self, runs: int) -> None:
+        self._depth.set(runs)
+
+    def on_event(self, event: Any) -> None:
+        """Count what a worker event (`polyloop.WorkerEvent`) tells: a takeover."""
+        if getattr(event, "event", None) == "takeover":
+            self.takeover()
