@@ -17,10 +17,11 @@ from ._log.names import execution_name
 from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._operate.shapes import JSON_SCHEMA
+from ._operate.transfer import MovedRun, TransferReport, export_runs, import_runs
 from ._run.target import canonical_target
 from .stores._place import place_of
 
 __all__ = [
-    "JSON_SCHEMA", "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
-    "resolve",
+    "JSON_SCHEMA", "MovedRun", "Place", "Settled", "TransferReport", "canonical_target", "commands", "decide",
+    "execution_name", "export_runs", "import_runs", "place_of", "read_regular", "resolve",
 ]

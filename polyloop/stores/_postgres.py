@@ -31,13 +31,14 @@ from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseClock, LeaseLostError, public_signature
 from ._pg_ops import Operations
 from ._pg_products import DEFAULT_QUOTA, Products
+from ._pg_transfer import Transfers
 from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 from ._writes import RecordWrites
 
 
-class PostgresStore(RecordWrites, Claims, Queue, Operations, Products):
+class PostgresStore(RecordWrites, Claims, Queue, Operations, Products, Transfers):
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
