@@ -11,6 +11,7 @@ any release.
 from __future__ import annotations
 
 from ._files import read_regular
+from ._fleet.health import keep_file, serve_port
 from ._log import commands
 from ._log.commands import Place
 from ._log.names import execution_name
@@ -23,5 +24,5 @@ from .stores._place import place_of
 
 __all__ = [
     "JSON_SCHEMA", "MovedRun", "Place", "Settled", "TransferReport", "canonical_target", "commands", "decide",
-    "execution_name", "export_runs", "import_runs", "place_of", "read_regular", "resolve",
+    "execution_name", "export_runs", "import_runs", "keep_file", "place_of", "read_regular", "resolve", "serve_port",
 ]
