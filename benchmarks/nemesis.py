@@ -117,8 +117,9 @@ class Nemesis:
         worker = self.rng.choice(self.workers)
         lease = self.args.lease
         if kind == "kill":
-            if worker.signal(signal.SIGKILL):
-                self.later(self.rng.uniform(0.2, 1.0), worker.spawn)
+            if not worker.signal(signal.SIGKILL):
+                return
+            self.later(self.rng.uniform(0.2, 1.0), worker.spawn)
         elif kind == "stop":
             if worker.stopped or not worker.signal(signal.SIGSTOP):
                 return
@@ -175,9 +176,11 @@ class Nemesis:
                 await submit(store, TARGET, goal="work", run_id=run_id)
                 self.runs.append(run_id)
 
-    def queued(self) -> int:
+    def queued(self, *, claimable: bool = False) -> int:
+        """Runs queued (held or not), or only those no live lease holds."""
+        free = " AND (holder IS NULL OR lease_until <= clock_timestamp())" if claimable else ""
         with psycopg.connect(self.server.url, connect_timeout=3) as conn:
-            return conn.execute("SELECT count(*) FROM polyloop_runs WHERE status = 'queued'").fetchone()[0]
+            return conn.execute(f"SELECT count(*) FROM polyloop_runs WHERE status = 'queued'{free}").fetchone()[0]
 
     async def settle_parked(self) -> int:
         """Settle each parked run's unknown actions from the ground truth (executed iff its line is there)."""
@@ -213,15 +216,19 @@ def _lines(path: Path) -> list[str]:
 
 async def drive(nem: Nemesis) -> dict:
     args = nem.args
-    wave = max(20, args.runs // 5)
+    # Little backlog: a run whose holder died is taken over by a worker with a free slot, not queued behind others.
+    wave = max(4, len(nem.workers) * args.concurrency // 2)
     await nem.submit_wave(wave)
     start = time.monotonic()
     while sum(nem.injected.values()) < args.faults:
         time.sleep(nem.rng.expovariate(1 / args.gap))
         nem.inject()
-        if len(nem.runs) < args.runs or _try(nem.queued, 10) < wave // 2:
+        if _try(lambda: nem.queued(claimable=True), wave) < len(nem.workers):
             await _try_async(lambda: nem.submit_wave(wave))
+    while len(nem.runs) < args.runs:  # at least --runs runs, even when the schedule ended first
+        await _try_async(lambda: nem.submit_wave(min(wave, args.runs - len(nem.runs))))
     chaos = time.monotonic() - start
+    during = len(nem.runs)
     nem.heal()
     settled = 0
     for _ in range(5):  # parked runs are settled as an operator would; the workers finish them
@@ -231,7 +238,7 @@ async def drive(nem: Nemesis) -> dict:
         if not n:
             break
     wait_until(lambda: _try(nem.queued, 1) == 0, 180)
-    return {"chaos_s": chaos, "settled": settled}
+    return {"chaos_s": chaos, "settled": settled, "during": during}
 
 
 def _try(fn, default):
@@ -260,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             extra = asyncio.run(drive(nem))
             for worker in nem.workers:
                 worker.stop()
-            found = check(nem.server.url, nem.runs, nem.truth)
+            found = check(nem.server.url, nem.runs, nem.truth, [w.events for w in nem.workers])
         finally:
             nem.close()
     print(report(args, nem, found, extra))

@@ -206,7 +206,9 @@ class Worker:
                 if idle:
                     return
                 room = len(self._running) < self.concurrency
-                await self._wait(timeout=max(0.0, next_look - self._clock.monotonic()) if room else None)
+                # Never longer than the longest backoff: a clock that jumped back must not stall the queue's look.
+                wait = min(max(0.0, next_look - self._clock.monotonic()), self.max_backoff)
+                await self._wait(timeout=wait if room else None)
         finally:
             await self._wind_down()
 
