@@ -102,6 +102,7 @@ class Nemesis:
         self.timers: list[threading.Timer] = []
         self.restarting = threading.Lock()
         self.runs: list[str] = []
+        self.died: list[str] = []  # the last words of workers that died without a SIGKILL
 
     # -- faults --------------------------------------------------------------------------------
 
@@ -112,6 +113,12 @@ class Nemesis:
         timer.start()
 
     def inject(self) -> None:
+        for worker in self.workers:  # a worker that died of its own accord: a finding, respawned
+            if not worker.alive and not worker.killed:
+                last = worker.events.read_text().splitlines()[-2:] if worker.events.exists() else []
+                self.died.append(f"exit {worker.proc.returncode}, last events {last}, "
+                                 + worker.events.with_suffix(".stderr").read_text()[-1500:])
+                worker.spawn()
         kinds = [k for k in KINDS if k != "link" or self.netns]
         kind = self.rng.choices(kinds, [KINDS[k] for k in kinds])[0]
         worker = self.rng.choice(self.workers)
@@ -138,7 +145,7 @@ class Nemesis:
                 proxy.blackhole() if kind == "blackhole" else proxy.hold_replies()
                 self.later(self.rng.uniform(0.2, lease * (1.5 if kind == "blackhole" else 0.5)), proxy.restore)
         elif kind == "clock":
-            if worker.stopped or not worker.signal(self.rng.choice([signal.SIGUSR1, signal.SIGUSR2])):
+            if worker.stopped or time.monotonic() - worker.born < 2 or not worker.signal(self.rng.choice([signal.SIGUSR1, signal.SIGUSR2])):
                 return
         elif kind == "link":
             assert self.netns is not None

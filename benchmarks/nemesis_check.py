@@ -113,8 +113,10 @@ def report(args: Any, nem: Any, found: dict[str, Any], extra: dict[str, Any]) ->
         ("duplicate `never` effects", f"{found['duplicates']}"),
         ("takeovers", f"{len(gaps)}: last record of the replaced holder to the claim, p50 {_q(gaps, 0.5):.2f} s, "
                       f"p95 {_q(gaps, 0.95):.2f} s (lease {args.lease:g} s)"),
+        ("workers that died without a SIGKILL", f"{len(nem.died)}"),
         ("checker violations", f"{len(found['violations'])}"),
     ]
     lines = ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
     lines += [f"VIOLATION: {v}" for v in found["violations"][:20]]
+    lines += [f"DIED: {d}" for d in nem.died[:3]]
     return "\n".join(lines)

@@ -124,9 +124,11 @@ class WorkerProc:
         cmd = [sys.executable, str(WORKER), self.url, str(self.lease), str(self.concurrency)]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]
-        with open(self.events, "ab") as out:
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.DEVNULL)
+        with open(self.events, "ab") as out, open(self.events.with_suffix(".stderr"), "ab") as err:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=err)
         self.stopped = False
+        self.killed = False
+        self.born = time.monotonic()
 
     @property
     def alive(self) -> bool:
@@ -140,6 +142,8 @@ class WorkerProc:
             os.kill(self.proc.pid, sig)
         except ProcessLookupError:
             return False
+        if sig == signal.SIGKILL:
+            self.killed = True
         if sig == signal.SIGSTOP:
             self.stopped = True
         elif sig in (signal.SIGCONT, signal.SIGKILL):

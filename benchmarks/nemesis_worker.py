@@ -11,14 +11,19 @@ SIGTERM stops it cleanly.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import signal
-import sys
-import time
 
-from polyloop.stores import PostgresStore, Worker, WorkerEvent
-from polyloop.stores._pg_lease import LeaseClock
+# A jump sent while this process still imports must not kill it (the default action of SIGUSR1/2).
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from polyloop.stores import PostgresStore, Worker, WorkerEvent  # noqa: E402
+from polyloop.stores._pg_lease import LeaseClock  # noqa: E402
 
 HOUR = 3600.0
 
