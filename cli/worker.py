@@ -42,6 +42,23 @@ Json = Annotated[
 ]
 
 
+Health = Annotated[
+    str | None,
+    typer.Option("--health", metavar="FILE", help="Keep FILE fresh (rewritten every 2 s, removed on exit) "
+                 "with the worker's state as JSON, for a liveness probe that checks its age.", show_default=False),
+]
+Port = Annotated[
+    int | None,
+    typer.Option("--port", metavar="N", min=1, max=65535, help="Answer HTTP GET on port N (every interface) "
+                 "with the worker's state as JSON, for a liveness probe.", show_default=False),
+]
+Grace = Annotated[
+    float,
+    typer.Option("--grace", metavar="SECONDS", min=0.0, help="After SIGTERM, how long runs may take to reach "
+                 "their next call before the worker lets them go sooner, as on a second signal."),
+]
+
+
 def _printer(as_json: bool, url: str):
     hint: list[str] = []
 
@@ -99,21 +116,9 @@ def command(
             help="Exit once no run is queued or running (by any worker; a dead worker's runs once taken over).",
         )
     ] = False,
-    health: Annotated[
-        str | None,
-        typer.Option("--health", metavar="FILE", help="Keep FILE fresh (rewritten every 2 s, removed on exit) "
-                     "with the worker's state as JSON, for a liveness probe that checks its age.", show_default=False),
-    ] = None,
-    port: Annotated[
-        int | None,
-        typer.Option("--port", metavar="N", min=1, max=65535, help="Answer HTTP GET on port N (every interface) "
-                     "with the worker's state as JSON, for a liveness probe.", show_default=False),
-    ] = None,
-    grace: Annotated[
-        float,
-        typer.Option("--grace", metavar="SECONDS", min=0.0, help="After SIGTERM, how long runs may take to reach "
-                     "their next call before the worker lets them go sooner, as on a second signal."),
-    ] = 30.0,
+    health: Health = None,
+    port: Port = None,
+    grace: Grace = 30.0,
     as_json: Json = False,
 ) -> None:
     """Claim queued runs from a PostgreSQL store, run them, and take over runs of dead workers.

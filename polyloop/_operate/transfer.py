@@ -39,8 +39,7 @@ from .._log.store_port import capabilities_of
 from .._recovery.walker import Walker
 from ..stores._disk import Disk
 from ..stores._open import open_store
-from ..stores._pg_products import CHUNK
-from ..stores._pg_transfer import ProductFile
+from ..stores._products import CHUNK, ProductFile
 from ..stores._url import store_kind
 from .shapes import JSON_SCHEMA
 from .verify import find_logs, located_problems, verify_file

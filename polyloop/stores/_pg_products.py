@@ -39,8 +39,8 @@ from .._log.errors import RunActiveError, StoreError
 from .._log.ids import check_artifact_name, check_run_id
 from ._lockfile import dead_here
 from ._pg_lease import Lease, LeaseLostError
+from ._products import CHUNK
 
-CHUNK = 256 * 1024  # bytes per chunk row: well under bytea's limits, small enough to stream
 DEFAULT_QUOTA = 1 << 30  # bytes of products per run (`PostgresStore(product_quota=...)`)
 _OFF_LOOP = 1 << 20  # hashing more than this moves off the event loop
 _LOCK_SPACE = 0x706C  # the first key of the content locks (the second is the address's hash)

@@ -12,8 +12,7 @@ anything else is `different` (nothing written either).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import psycopg
@@ -21,7 +20,8 @@ import psycopg
 from .._log.errors import RunActiveError, RunNotFoundError
 from .._log.ids import check_artifact_name, check_run_id
 from ._lockfile import dead_here
-from ._pg_products import CHUNK, lock_content
+from ._pg_products import lock_content
+from ._products import CHUNK, ProductFile
 from ._pg_read import READ_ONE
 
 Loaded = Literal["loaded", "identical", "different"]
@@ -30,16 +30,6 @@ _LOCK_ROW = """
 SELECT holder, holder IS NOT NULL AND lease_until > clock_timestamp() AS live, next_seq
 FROM polyloop_runs WHERE run_id = %s FOR UPDATE
 """
-
-
-@dataclass(frozen=True, slots=True)
-class ProductFile:
-    """A product to load: its name, size and SHA-256 (already computed), and its bytes in chunks."""
-
-    name: str
-    size: int
-    sha256: str
-    chunks: Callable[[], Iterator[bytes]]  # called once, at most, when the content is not stored yet
 
 
 class Transfers:
