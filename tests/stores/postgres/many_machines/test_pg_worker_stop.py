@@ -35,7 +35,7 @@ def test_sigterm_twice_mid_tool_call_lets_the_call_finish_then_exits_0_with_the_
     done = tmp_path / "effects"
     [run_id] = fresh_ids("pgs-term", 1)
     asyncio.run(submit_runs(own_db, f"{AGENTS}:mixed", [run_id]))
-    worker = WorkerProcess(own_db, done, lease=30.0, slow=1.5, steps=4)
+    worker = WorkerProcess(own_db, done, lease=30.0, slow=1.0, steps=2)
     try:
         wait_for(lambda: effects(done), what="the first tool call")
         worker.proc.send_signal(signal.SIGTERM)
@@ -51,7 +51,7 @@ def test_sigterm_twice_mid_tool_call_lets_the_call_finish_then_exits_0_with_the_
         _closed_pairs(conn, run_id)
         check_invariants(conn, run_id, finished=False)
     # Another worker continues it at once, repeating nothing.
-    again = WorkerProcess(own_db, done, lease=30.0, slow=0.01, steps=4, extra=("--until-idle",))
+    again = WorkerProcess(own_db, done, lease=30.0, slow=0.01, steps=2, extra=("--until-idle",))
     try:
         assert again.proc.wait(60) == 0, again.stderr()
     finally:
