@@ -19,6 +19,8 @@
          configuration or an intermediate product changed since the run started
     5    stopped, resumable: a dependency was unavailable (the model endpoint kept failing
          transiently past the run's retry budget); resume tries again
+    6    refused, conflict: `export` or `import` found other content under a run's id where
+         it was to go (nothing was written over it)
     130  interrupted (Ctrl-C); the run stays resumable
 
 Every command body runs inside `failures()`, which maps the exception to its
@@ -72,6 +74,7 @@ USAGE = 2
 NEEDS_OPERATOR = 3
 CHECKPOINT_INVALID = 4
 UNAVAILABLE = 5
+CONFLICT = 6
 INTERRUPTED = 130
 
 

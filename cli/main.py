@@ -77,6 +77,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {  # name: (module, function, the on
     "verify": ("verify", "command", "Check every log in a directory for corruption (CI)."),
     "doctor": ("doctor", "command", "Check the store can keep runs (and an agent imports)."),
     "archive": ("archive", "command", "Move runs (finished, or named) out of the way, whole, to another directory."),
+    "export": ("transfer", "export_command", "Write runs of a store as JSONL logs with their products, to a directory."),
+    "import": ("transfer", "import_command", "Load verified JSONL logs (and products) into a PostgreSQL store."),
     "batch": ("batch", "command", "Run an agent once per line of a goals file; re-run to resume."),
     "submit": ("submit", "command", "Queue a run on a PostgreSQL store for the workers."),
     "worker": ("worker", "command", "Claim queued runs from a PostgreSQL store and run them."),

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from polyloop.for_cli import keep_file, serve_port
 from polyloop.stores import Worker, WorkerEvent
 
 from . import documents, errors, paste, telemetry, terminal
@@ -38,6 +39,23 @@ _NAME_WIDTH = 9  # the longest event name but `unavailable` (which overflows by 
 Json = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON object per line on stdout, one per event (JSON lines), instead of the rendering."),
+]
+
+
+Health = Annotated[
+    str | None,
+    typer.Option("--health", metavar="FILE", help="Keep FILE fresh (rewritten every 2 s, removed on exit) "
+                 "with the worker's state as JSON, for a liveness probe that checks its age.", show_default=False),
+]
+Port = Annotated[
+    int | None,
+    typer.Option("--port", metavar="N", min=1, max=65535, help="Answer HTTP GET on port N (every interface) "
+                 "with the worker's state as JSON, for a liveness probe.", show_default=False),
+]
+Grace = Annotated[
+    float,
+    typer.Option("--grace", metavar="SECONDS", min=0.0, help="After SIGTERM, how long runs may take to reach "
+                 "their next call before the worker lets them go sooner, as on a second signal."),
 ]
 
 
@@ -98,6 +116,9 @@ def command(
             help="Exit once no run is queued or running (by any worker; a dead worker's runs once taken over).",
         )
     ] = False,
+    health: Health = None,
+    port: Port = None,
+    grace: Grace = 30.0,
     as_json: Json = False,
     otel: telemetry.Otel = False,
 ) -> None:
@@ -114,9 +135,16 @@ def command(
 
     SIGTERM or Ctrl-C stops it cleanly: it claims nothing more, lets each
     run go before its next model or tool call and releases its lease, so
-    another worker continues at once. A second signal stops it at once
-    (a call in flight becomes an unknown execution); the leases are still
-    released.
+    another worker continues at once. A second signal (or --grace seconds
+    after the first) stops it sooner: a run in a model call or a wait goes
+    at once (the call is asked again on resume), a run in a tool call goes
+    once that call's result is recorded - never between a tool call's
+    intent and its result. A third signal stops it at once (a tool call in
+    flight becomes an unknown execution). The leases are always released.
+
+    --health FILE and --port N serve liveness probes from the worker's own
+    event loop: {"status", "pid", "holder", "running", "claims", "takeovers",
+    "lost", "finished", "released", "claim_p50_ms", "since_loop_s"}.
 
     --otel traces every run it runs (the trace a run started continues) and
     counts takeovers.
@@ -132,6 +160,7 @@ def command(
     \b
     Example:
       polyloop worker --store postgresql://postgres@127.0.0.1/test --concurrency 4
+      polyloop worker --store postgresql://postgres@127.0.0.1/test --port 8321 --grace 20
     """
     with failures(Scope(json=as_json, json_lines=True)):
         # A connection per run at most, plus renewals and the queue's look.
@@ -146,30 +175,45 @@ def command(
             worker = Worker(store, concurrency=concurrency, poll=poll, on_event=on_event, until_idle=until_idle,
                             observe=traced)
             with _driver_warnings(show):
-                received = asyncio.run(_work(worker))
+                received = asyncio.run(_work(worker, grace=grace, health=health, port=port))
     if signal.SIGINT in received:
         sys.stderr.write("polyloop: interrupted; every lease this worker held was released\n")
         errors.interruption_reported = True
         raise typer.Exit(INTERRUPTED)
 
 
-async def _work(worker: Worker) -> set[int]:
+async def _work(worker: Worker, *, grace: float, health: str | None, port: int | None) -> set[int]:
     """Run the worker until it stops; return the signals that stopped it."""
     loop = asyncio.get_running_loop()
     received: set[int] = set()
+    signals = [0]
 
     def on_signal(sig: int) -> None:
-        worker.stop(now=bool(received))
+        signals[0] += 1
+        worker.stop(now=signals[0] > 1)
+        if signals[0] == 1:
+            loop.call_later(grace, lambda: signals[0] == 1 and worker.stop(now=True))
         received.add(sig)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    probes: list[asyncio.Task[None]] = []
+    server = None
     try:
+        if health:
+            probes.append(asyncio.create_task(keep_file(worker, health)))
+        if port:
+            server = await serve_port(worker, port)
         async with worker.store:
             await worker.run()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        for task in probes:
+            task.cancel()
+        await asyncio.gather(*probes, return_exceptions=True)
+        if server is not None:
+            server.close()
     return received
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ._files import read_regular
+from ._fleet.health import keep_file, serve_port
 from ._log import commands
 from ._log.commands import Place
 from ._log.names import execution_name
@@ -20,6 +21,7 @@ from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._operate.shapes import JSON_SCHEMA
 from ._operate.trace import trace_json, trace_run
+from ._operate.transfer import MovedRun, TransferReport, export_runs, import_runs
 from ._trace.content import capture_from_env, telemetry_by_env
 from ._run.target import canonical_target
 from ._serve.access import ROLES, UsersFileError, add_user
@@ -28,9 +30,10 @@ from ._serve.setup import is_loopback
 from .stores._place import place_of
 
 __all__ = [
-    "JSON_SCHEMA", "Place", "Settled", "canonical_target", "commands", "decide", "execution_name", "place_of", "read_regular",
-    "ROLES", "ServeOptions", "UsersFileError", "add_user", "capture_from_env", "is_loopback", "resolve",
-    "serve_console", "telemetry_by_env", "trace_json", "trace_run",
+    "JSON_SCHEMA", "MovedRun", "Place", "ROLES", "ServeOptions", "Settled", "TransferReport", "UsersFileError",
+    "add_user", "canonical_target", "capture_from_env", "commands", "decide", "execution_name", "export_runs",
+    "import_runs", "is_loopback", "keep_file", "place_of", "read_regular", "resolve", "serve_console", "serve_port",
+    "telemetry_by_env", "trace_json", "trace_run",
 ]
 
 

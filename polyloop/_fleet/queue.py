@@ -11,7 +11,9 @@ shows the whole workflow.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,8 +96,18 @@ class Worker:
 
     Stopping (`stop()`, e.g. on SIGTERM) claims nothing more and lets each
     held run go at its next model or tool call: the lease is released and
-    the run stays queued for another worker. `stop(now=True)` cancels the
-    runs at once (a call in flight becomes an unknown execution in the log).
+    the run stays queued for another worker. `stop(now=True)` (a second
+    signal, or `grace` seconds after the first) lets them go sooner: a run in
+    a model call or a wait is cancelled at once (the model call is asked
+    again on resume), a run in a tool call goes as soon as that call's step
+    is recorded, never between the call's intent and its result.
+    `stop(now=True)` again cancels every run at once (a tool call in flight
+    then becomes an unknown execution in the log).
+
+    Counters for metrics (a seam for exporters, e.g. OpenTelemetry):
+    `claims`, `takeovers`, `lost` (fenced or expired leases), `finished`,
+    `released`, and `claim_seconds` (the latency of each successful claim,
+    the last 1024).
 
     Args:
         store: the shared store; its `lease` sizes every lease this worker takes.
@@ -133,14 +145,26 @@ class Worker:
         self._running: dict[asyncio.Task[None], Lease] = {}
         self._backoff: dict[str, float] = {}  # run id -> when to try it again
         self._clock = _clock if _clock is not None else store._clock  # the store's lease clock (a test seam)
+        self._hurried = False
+        # Metrics (read by an exporter; see the class docstring).
+        self.claims = 0
+        self.takeovers = 0
+        self.lost = 0
+        self.finished = 0
+        self.released = 0
+        self.claim_seconds: collections.deque[float] = collections.deque(maxlen=1024)
+        self.alive_at = time.monotonic()  # the last time the worker's loop went round (liveness)
 
     def stop(self, *, now: bool = False) -> None:
-        """Stop claiming; let held runs go at their next call (`now`: cancel them)."""
+        """Stop claiming; let held runs go at their next call (`now`: sooner; twice: at once)."""
         self._stop.set()
-        if now:
+        if now and self._hurried:
             self._now.set()
         for lease in self._running.values():
             lease.drain()
+            if now:
+                lease.hurry()
+        self._hurried = self._hurried or now
 
     async def run(self) -> None:
         """Work until stopped (or, with `until_idle`, until no run is queued or held).
@@ -160,6 +184,7 @@ class Worker:
         next_look = 0.0
         try:
             while not self._stop.is_set():
+                self.alive_at = time.monotonic()
                 idle = False
                 if not failures or self._clock.monotonic() >= next_look:
                     try:
@@ -185,7 +210,9 @@ class Worker:
                 if idle:
                     return
                 room = len(self._running) < self.concurrency
-                await self._wait(timeout=max(0.0, next_look - self._clock.monotonic()) if room else None)
+                # Never longer than the longest backoff: a clock that jumped back must not stall the queue's look.
+                wait = min(max(0.0, next_look - self._clock.monotonic()), self.max_backoff)
+                await self._wait(timeout=wait if room else None)
         finally:
             await self._wind_down()
 
@@ -211,8 +238,10 @@ class Worker:
                 break
             if run_id in skip:
                 continue
+            asked = time.monotonic()
             try:
                 lease = await self.store.claim(run_id, queued_only=True)
+                self.claim_seconds.append(time.monotonic() - asked)
             except RunActiveError:
                 continue  # another worker was faster
             except StoreError as exc:  # e.g. a lock timeout behind a frozen client: try the others
@@ -262,7 +291,7 @@ class Worker:
             raise asyncio.CancelledError
 
     async def _drive(self, lease: Lease) -> None:
-        emit = self.on_event
+        emit = self._count
         if lease.taken_over_from:
             emit(WorkerEvent("takeover", lease.run_id, lease.epoch, lease.taken_over_from))
         else:
@@ -279,6 +308,23 @@ class Worker:
             kind = "lost" if isinstance(exc, LeaseLostError) else "error"
             event = WorkerEvent(kind, lease.run_id, lease.epoch, str(exc))
         emit(event)
+
+    def _count(self, event: WorkerEvent) -> None:
+        """Count the event for the metrics, then hand it on."""
+        counter = _COUNTED.get(event.event)
+        if counter is not None:
+            setattr(self, counter, getattr(self, counter) + 1)
+        self.on_event(event)
+
+    @property
+    def running(self) -> int:
+        """How many runs this worker holds right now."""
+        return len(self._running)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker was asked to stop."""
+        return self._stop.is_set()
 
     async def _run_one(self, lease: Lease) -> WorkerEvent:
         from ..stores._pg_lease import Draining, LeaseLostError
@@ -311,6 +357,9 @@ class Worker:
         detail = result.reason if result.error is None else f"{result.reason}: {result.error}"
         return WorkerEvent("finish", rid, epoch, detail)
 
+
+# The events each metrics counter of `Worker` counts.
+_COUNTED = {"claim": "claims", "takeover": "takeovers", "lost": "lost", "finish": "finished", "released": "released"}
 
 # The clock seam is private: the public signature is the documented one.
 Worker.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from .._log.store_port import capabilities_of
 from ..stores._jsonl import JsonlStore
 from ..stores._open import open_store
 from ..stores._url import store_kind
-from .archive_db import export_runs
+from .archive_db import archive_runs
 from .archive_move import MoveDisk, move, same_file_system, sweep
 from .archive_report import ArchivedRun, ArchiveReport
 from .ls import list_runs
@@ -148,6 +148,6 @@ async def _from_database(where: str, archive_dir: str, run_ids: Sequence[str] | 
     async with open_store(where) as store:
         if not capabilities_of(store).exporting:
             raise InvalidInputError(f"{where} cannot export its runs")
-        done = await export_runs(store, archive_dir, names, named=run_ids is not None)
+        done = await archive_runs(store, archive_dir, names, named=run_ids is not None)
     return ArchiveReport(archive_dir, tuple(done))
 

@@ -4,9 +4,10 @@ every run of a PostgreSQL store, read through the store's own read methods."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..stores._artifacts import NotRegularArtifactError, read_artifact_file
 from .._recovery.walker import Walker, walk
 from .._log.codec import ParsedLog, parse_log
 from .._log.errors import Problem, RunNotFoundError
+from .._log.store_port import capabilities_of
 from ..stores._disk import Disk, not_regular_problem
 from ..stores._open import open_store
 from ..stores._url import store_kind
@@ -246,7 +248,8 @@ def verify_logs(
 
 
 class RunLogs(Protocol):
-    """What `verify_store` reads of a store: where it is, its runs, and each run's parsed log."""
+    """What `verify_store` reads of a store: where it is, its runs, and each run's parsed log; with
+    the products capability also each run's products, streamed (`PostgresStore`)."""
 
     @property
     def where(self) -> str: ...
@@ -254,6 +257,10 @@ class RunLogs(Protocol):
     async def list_runs(self) -> list[str]: ...
 
     async def read_parsed(self, run_id: str) -> ParsedLog: ...
+
+    async def product_names(self, run_id: str) -> dict[str, tuple[int, str]]: ...
+
+    def product_chunks(self, run_id: str, name: str) -> AsyncIterator[bytes]: ...
 
 
 async def verify_store(store: RunLogs, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
@@ -274,11 +281,48 @@ async def verify_store(store: RunLogs, *, progress: Callable[[int, int], None] |
             parsed = await store.read_parsed(run_id)
         except RunNotFoundError:  # removed meanwhile
             continue
-        _, problems = located_problems(parsed, run_id)
-        verdicts.append(corrupt_verdict(path, run_id, problems) if problems else FileVerdict(path, run_id, "ok"))
+        walker, problems = located_problems(parsed, run_id)
+        if problems or walker is None:
+            verdicts.append(corrupt_verdict(path, run_id, problems))
+        else:
+            verdicts.append(await _stored_verdict(store, path, run_id, walker))
         if progress:
             progress(done, len(run_ids))
     return VerifyReport(tuple(sorted(verdicts, key=lambda v: v.path)))
+
+
+async def _stored_verdict(store: RunLogs, path: str, run_id: str, walker: Walker) -> FileVerdict:
+    """A sound log's verdict in a database: each product it references hashed as stored (streamed)."""
+    if not walker.artifacts or not capabilities_of(store).artifacts:
+        return FileVerdict(path, run_id, "ok")
+    stored = await store.product_names(run_id)
+    in_flight = bool(walker.in_flight())
+    checks = []
+    for ref in walker.artifacts.values():
+        if ref.name not in stored:
+            checks.append(ArtifactCheck(ref, "missing"))
+            continue
+        size, digest = await stream_digest(store.product_chunks(run_id, ref.name))
+        if (size, digest) != stored[ref.name]:  # the chunks are not the content their address names
+            checks.append(ArtifactCheck(ref, "unsettled" if in_flight else "altered", size, digest))
+            continue
+        good = size == ref.size and digest == ref.sha256
+        state = "ok" if good else "unsettled" if in_flight else "altered"
+        checks.append(ArtifactCheck(ref, state, size, digest))
+    bad = [(None, c.sentence()) for c in refused_artifacts(checks, walker)]
+    if bad:
+        return FileVerdict(path, run_id, "bad_product", tuple(bad), tuple(checks))
+    return FileVerdict(path, run_id, "ok", (), tuple(checks))
+
+
+async def stream_digest(chunks: AsyncIterator[bytes]) -> tuple[int, str]:
+    """(size, sha256) of a product streamed a chunk at a time, never holding it whole."""
+    h = hashlib.sha256()
+    size = 0
+    async for chunk in chunks:
+        h.update(chunk)
+        size += len(chunk)
+    return size, h.hexdigest()
 
 
 async def _verify_database(url: str, progress: Callable[[int, int], None] | None) -> VerifyReport:

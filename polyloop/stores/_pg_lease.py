@@ -31,11 +31,13 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from .._log.errors import PolyLoopError, RunActiveError, StoreError
-from .._log.records import Intent, Record
+from .._log.records import Intent, Record, RunFinished, RunStopped, StepCompleted
 
 # The local deadline is this fraction of the lease after the claim or
 # renewal was sent; the rest covers clock-rate drift and scheduling delays.
 SAFETY = 0.8
+# The records that close a tool call's record pair (the step's, or the run's end).
+_CLOSING = (StepCompleted, RunFinished, RunStopped)
 # Renew three times per lease: two renewals may fail before the deadline.
 RENEWALS_PER_LEASE = 3
 
@@ -134,6 +136,10 @@ class Lease:
         self.deadline = sent_at + self.duration * SAFETY
         self.lost: str | None = None
         self.draining = False
+        self.hurried = False
+        # A tool call's record pair is open: an action (or rollback) intent has been handed to the
+        # store and its step's record not yet. A hurried stop never cancels the run inside one.
+        self.in_tool = False
         self._outcome: tuple[str, str] | None = None
         self._task: asyncio.Task[Any] | None = None
         self._renewer: asyncio.Task[None] | None = None
@@ -158,6 +164,27 @@ class Lease:
         """Let the run go before its next model or tool call (a worker that is stopping)."""
         self.draining = True
 
+    def hurry(self) -> None:
+        """Let the run go sooner (a second signal): cancel it now unless a tool call's record pair is open.
+
+        Inside a model call or a wait (a backoff, a renewal, the queue) the run is
+        cancelled at once: an unknown model call is asked again on resume. A
+        tool call in flight is never cut: the run goes once the call's step is
+        recorded, before its next call (`drain`).
+        """
+        self.draining = True
+        self.hurried = True
+        task = self._task
+        if not self.in_tool and task is not None and not task.done():
+            task.cancel(f"polyloop: the worker is stopping; {self.run_id} goes at once")
+
+    def _track(self, record: Record) -> None:
+        if isinstance(record, Intent):
+            if record.kind != "model_call":
+                self.in_tool = True
+        elif isinstance(record, _CLOSING):
+            self.in_tool = False
+
     def before_write(self, record: Record | None = None) -> None:
         """Refuse a write, before it is sent, once the lease is lost or past its local deadline."""
         if self.lost is None and self._store._clock.monotonic() >= self.deadline:
@@ -173,6 +200,8 @@ class Lease:
             )
         if self.draining and isinstance(record, Intent):
             raise Draining(self.run_id)
+        if record is not None:
+            self._track(record)
 
     def after_write(self) -> None:
         """Fail a write that returned after the local deadline: it landed, but nothing may follow it."""

@@ -23,6 +23,7 @@ from .._log.cancel_port import CancelRequest
 from .._log.errors import InvalidInputError, RunActiveError, RunNotFoundError
 from .._log.ids import check_run_id
 from ._lockfile import dead_here
+from ._pg_products import drop_orphans
 from ._pg_read import READ_ONE
 
 _POLL = 1.0  # seconds a holder's look for a request to stop may be old
@@ -93,7 +94,10 @@ class Operations:
         """Hand the run's log to `keep`, then delete the run, in one transaction.
 
         `keep` receives the log as JSONL bytes (one record a line, as the
-        JSONL store writes them); if it raises, nothing is deleted.
+        JSONL store writes them), and may read the run's products meanwhile
+        (`archive` writes them beside the log); if it raises, nothing is
+        deleted. The run's products go with it (their chunks once no other
+        run's product shares them).
 
         Raises:
             RunActiveError: a live lease holds the run.
@@ -115,3 +119,5 @@ class Operations:
                 await keep((text + "\n").encode())
                 for table in ("polyloop_records", "polyloop_cancel_requests", "polyloop_runs"):
                     await conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))  # noqa: S608 - fixed names
+                cur = await conn.execute("DELETE FROM polyloop_products WHERE run_id = %s RETURNING sha256", (run_id,))
+                await drop_orphans(conn, [r[0] for r in await cur.fetchall()])

@@ -17,7 +17,7 @@ import psycopg.errors
 from .._log.errors import StoreError
 from ._pg_conn import first_line
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Any constant works; it only has to be the same in every process.
 _MIGRATION_LOCK = 0x706F6C796C6F6F70  # "polyloop"
@@ -122,7 +122,28 @@ CREATE TABLE IF NOT EXISTS polyloop_cancel_requests (
 );
 """
 
-_MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
+# Intermediate products (`ctx.artifacts`; polyloop/stores/_pg_products.py): a row per run and
+# name, and the bytes in chunks keyed by the content's SHA-256 (shared by equal products).
+_V4 = """
+CREATE TABLE IF NOT EXISTS polyloop_products (
+    run_id     text NOT NULL,
+    name       text NOT NULL,
+    sha256     text NOT NULL,
+    size       bigint NOT NULL,
+    chunks     integer NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (run_id, name)
+);
+CREATE INDEX IF NOT EXISTS polyloop_products_content ON polyloop_products (sha256);
+CREATE TABLE IF NOT EXISTS polyloop_product_chunks (
+    sha256 text NOT NULL,
+    n      integer NOT NULL,
+    data   bytea NOT NULL,
+    PRIMARY KEY (sha256, n)
+);
+"""
+
+_MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 async def ensure_schema(conn: psycopg.AsyncConnection[Any], *, create: bool, where: str) -> None:

@@ -30,13 +30,15 @@ from ._pg_conn import Connections, first_line, session_options
 from ._lockfile import dead_here, holder_name
 from ._pg_lease import Lease, LeaseClock, LeaseLostError, public_signature
 from ._pg_ops import Operations
+from ._pg_products import DEFAULT_QUOTA, Products
+from ._pg_transfer import Transfers
 from ._pg_queue import Queue
 from ._pg_read import READ_MANY, READ_ONE, numbered_right, numbering_problems
 from ._pg_schema import ensure_schema
 from ._writes import RecordWrites
 
 
-class PostgresStore(RecordWrites, Claims, Queue, Operations):
+class PostgresStore(RecordWrites, Claims, Queue, Operations, Products, Transfers):
     """Run logs in a PostgreSQL database that many machines share.
 
     Implements the storage port (`polyloop.Store`) with the JSONL store's
@@ -77,6 +79,9 @@ class PostgresStore(RecordWrites, Claims, Queue, Operations):
         max_connections: the most connections this store opens at once.
         connect_timeout: seconds before an unreachable server is reported.
         name: how this process appears as a holder (default `pid N on HOST`).
+        product_quota: the most bytes a run's products (`ctx.artifacts`)
+            may hold together (default 1 GiB); None for no limit. A product
+            that would exceed it is refused with `StoreError`, nothing written.
 
     Not guaranteed: atomicity between a record and the side effect it
     describes (that is what intents are for), or anything across runs.
@@ -84,7 +89,7 @@ class PostgresStore(RecordWrites, Claims, Queue, Operations):
 
     capabilities = Capabilities(
         writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True,
-        reads_many=True, cancelling=True, batches=True, exporting=True,
+        reads_many=True, cancelling=True, batches=True, exporting=True, artifacts=True,
     )
 
     def __init__(
@@ -96,6 +101,7 @@ class PostgresStore(RecordWrites, Claims, Queue, Operations):
         max_connections: int = 8,
         connect_timeout: float = 5.0,
         name: str | None = None,
+        product_quota: int | None = DEFAULT_QUOTA,
         _clock: LeaseClock | None = None,
     ) -> None:
         if lease <= 0:
@@ -103,6 +109,7 @@ class PostgresStore(RecordWrites, Claims, Queue, Operations):
         self.url = url
         self.lease = float(lease)
         self.name = name or holder_name()
+        self.product_quota = product_quota
         # A statement that outlives the lease is worthless to its writer, and
         # a lock wait of a third of it still leaves time to renew.
         lease_ms = max(1000, int(self.lease * 1000))

@@ -40,6 +40,7 @@ from .._log.records import (
 from .._log.store_port import Store, capabilities_of
 from .._run.context import ToolContext
 from .._run.tools import tool
+from ._contract_moves import a_run_moves_out_whole
 from ._samples import CrashIn, StopAfter, Stopped, approved_run, contract_agent, guarded_run, logical, sample_run
 
 StoreFactory = Callable[[], Any]
@@ -395,6 +396,11 @@ async def products_round_trip(factory: StoreFactory) -> None:
     _expect(verdict.status == "finished", "the run with a product should classify as finished")
 
 
+async def a_run_moves_out_whole_property(factory: StoreFactory) -> None:
+    """A run with a product is exported whole and loads back identical (stores that hand runs over)."""
+    await a_run_moves_out_whole(await _make(factory), _expect)
+
+
 PROPERTIES: tuple[Property, ...] = (
     round_trip_every_record_kind,
     read_back_after_each_write,
@@ -410,6 +416,7 @@ PROPERTIES: tuple[Property, ...] = (
     approval_records_round_trip,
     products_round_trip,
     outage_records_round_trip,
+    a_run_moves_out_whole_property,
 )
 
 
@@ -483,3 +490,5 @@ class StoreContract:
         asyncio.run(products_round_trip(store_factory))
     def test_outage_records_round_trip(self, store_factory: StoreFactory) -> None:
         asyncio.run(outage_records_round_trip(store_factory))
+    def test_a_run_moves_out_whole_property(self, store_factory: StoreFactory) -> None:
+        asyncio.run(a_run_moves_out_whole_property(store_factory))

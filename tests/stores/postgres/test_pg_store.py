@@ -220,7 +220,9 @@ async def test_the_schema_is_versioned_and_a_missing_or_newer_one_is_refused(pg_
                 await store.list_runs()
         async with PostgresStore(url) as store:
             assert await store.list_runs() == []
-        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(3,)]
+        from polyloop.stores._pg_schema import SCHEMA_VERSION
+
+        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(SCHEMA_VERSION,)]
         pg_conn.execute(f"UPDATE {schema}.polyloop_schema SET version = 99")
         async with PostgresStore(url) as store:
             with pytest.raises(StoreError, match="version 99, newer"):
@@ -279,7 +281,9 @@ async def test_a_version_1_database_is_migrated_keeping_its_runs_and_manifests(p
         async with PostgresStore(url) as store:
             assert [r.TAG for r in await store.read_log("old")] == ["run_started"]
             await store.write_intent("old", MI)
-        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(3,)]
+        from polyloop.stores._pg_schema import SCHEMA_VERSION
+
+        assert pg_conn.execute(f"SELECT version FROM {schema}.polyloop_schema").fetchall() == [(SCHEMA_VERSION,)]
         names = pg_conn.execute(f"SELECT name FROM {schema}.polyloop_batches").fetchall()
         assert names == ([("b",)] if batch_table else [])
     finally:
