@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,6 +282,17 @@ def _ask(
 
 async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -> RunResult:
     """Hold the run, start it (no log yet) or walk its log, check it is the run asked for, and go."""
+    async with opened(agent, store, ask, resume) as run:
+        return await run.go()
+
+
+@contextlib.asynccontextmanager
+async def opened(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -> AsyncIterator[_Run]:
+    """The run asked for, held until the block ends: started (no log yet) or walked and checked.
+
+    The one way into a run for the built-in loop (`Agent.run`) and a user's
+    loop (`polyloop.durable.open_run`): the caller opens it (`_Run.open`) and drives it.
+    """
     run_id = ask.run_id
     if ask.unreadable is not None and (ask.new or await read_or_none(store, run_id) is None):
         raise ask.unreadable  # a new run: refused before the lock (and its file) is taken
@@ -301,7 +313,7 @@ async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume
             raise RunMismatchError(run_id, "max_steps", recorded, ask.max_steps)
         if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
             await check_artifacts(store, walker)
-        return await _Run(agent, store, walker, resume).go()
+        yield _Run(agent, store, walker, resume)
 
 
 async def _start(store: Store, ask: _Ask) -> RunStarted:
