@@ -24,7 +24,7 @@ import orjson
 
 from .errors import RecordError, SchemaVersionError  # noqa: F401  (RecordError: readers import it with the records)
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 """`major.minor` of the log format this library writes."""
 
 SUPPORTED_MAJOR = 1

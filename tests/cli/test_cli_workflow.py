@@ -112,7 +112,7 @@ def test_resume_refuses_unknown_and_unsafe_ids_and_corrupt_logs(cli, tmp_path):
 def test_resume_of_an_unknown_schema_major_is_refused_with_1(cli):
     cli("run", target("finishing"), "--goal", "g", "--run-id", "v9")
     log = cli.log("v9")
-    log.write_text(log.read_text().replace('"schema_version":"1.3"', '"schema_version":"9.0"'))
+    log.write_text(log.read_text().replace('"schema_version":"1.4"', '"schema_version":"9.0"'))
     done = cli("resume", "v9")
     assert done.code == 1
     assert "schema version" in one_line_error(done)

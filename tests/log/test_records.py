@@ -79,7 +79,7 @@ def test_an_unknown_major_version_fails_loudly(version):
 
 
 def test_the_writer_stamps_the_current_schema():
-    assert orjson.loads(encode(SAMPLES[0]))["schema_version"] == SCHEMA_VERSION == "1.3"
+    assert orjson.loads(encode(SAMPLES[0]))["schema_version"] == SCHEMA_VERSION == "1.4"
 
 
 @pytest.mark.parametrize(

@@ -295,7 +295,7 @@ async def test_blank_lines_are_skipped(store):
 
 async def test_an_unknown_major_version_is_refused(store):
     store.directory.mkdir(parents=True)
-    store.path("r").write_bytes(good_lines().replace(b'"schema_version":"1.3"', b'"schema_version":"2.0"'))
+    store.path("r").write_bytes(good_lines().replace(b'"schema_version":"1.4"', b'"schema_version":"2.0"'))
     with pytest.raises(SchemaVersionError, match="2.0"):
         await store.read_log("r")
 
