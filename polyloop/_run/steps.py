@@ -196,6 +196,10 @@ class LoopSteps:
 
     async def model_call(self, ask: Callable[[], Awaitable[Reply]]) -> Reply:
         async with self._lock:
+            if self.step and not tool_calls_of(self.walker.steps[self.step - 1].output):
+                raise InvalidInputError(
+                    f"run {self.run_id!r}: a model reply without tool calls is the final answer (step "
+                    f"{self.step}); the loop must finish there, not call the model again")
             await self._close_step()
             n, w = self.step + 1, self.walker
             live = False
