@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_all_is_sorted_and_lists_exactly_the_public_names():
     assert polyloop.__all__ == sorted(polyloop.__all__)
-    public = {n for n in dir(polyloop) if not n.startswith("_")} - {"stores", "testing", "openai", "anthropic", "examples", "for_cli"}
+    public = {n for n in dir(polyloop) if not n.startswith("_")} - {"stores", "testing", "openai", "anthropic", "examples", "for_cli", "durable", "pydantic_ai"}
     assert public == set(polyloop.__all__)
 
 
