@@ -1,6 +1,6 @@
 """A child process running one user's loop (`loops.py`) on a JSONL store that SIGKILLs itself on cue.
 
-    python loop_child.py hand|pyd RUN_ID DIR      (POLYLOOP_KILL_AT=before|after:KIND:N, DURABLE_WORLD=...)
+    python loop_child.py hand|pyd|openai RUN_ID DIR      (POLYLOOP_KILL_AT=before|after:KIND:N, DURABLE_WORLD=...)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from support.cue import KillCueStore  # noqa: E402
 def main() -> int:
     which, run_id, directory = sys.argv[1:4]
     store = KillCueStore(directory, os.environ.get("POLYLOOP_KILL_AT", ""))
-    entry = loops.hand_main if which == "hand" else loops.pyd_main
+    entry = {"hand": loops.hand_main, "pyd": loops.pyd_main, "openai": loops.openai_main}[which]
     result = asyncio.run(entry(run_id, store))
     print(result.reason, result.text)
     return 0

@@ -100,3 +100,58 @@ async def pyd_main(run_id: str, store: Any, goal: str = GOAL) -> Any:
     from polyloop.pydantic_ai import PolyLoopAgent
 
     return await PolyLoopAgent(pydantic_agent(), target=f"{HERE}:pyd_main").run(goal, run_id=run_id, store=store)
+
+
+def openai_agent() -> Any:
+    """The same agent on OpenAI's chat API (`OpenAIChatModel`), at `$FAKE_OPENAI_URL` (the fake server)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel("fake-model", provider=OpenAIProvider(base_url=os.environ["FAKE_OPENAI_URL"], api_key="t"))
+    agent = Agent(model)
+
+    @agent.tool_plain(metadata={"polyloop": {"replay": "safe"}})
+    def lookup_bill(q: str) -> str:
+        return lookup({"q": q})
+
+    @agent.tool_plain
+    def pay_bill(amount: int) -> str:
+        return pay({"amount": amount})
+
+    return agent
+
+
+async def openai_main(run_id: str, store: Any, goal: str = GOAL) -> Any:
+    from polyloop.pydantic_ai import PolyLoopAgent
+
+    return await PolyLoopAgent(openai_agent(), target=f"{HERE}:openai_main").run(goal, run_id=run_id, store=store)
+
+
+def approval_agent() -> Any:
+    """One call of a tool declared `requires_approval=True` (Pydantic AI's deferred approval)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        step = sum(1 for m in messages if m.kind == "response") + 1
+        note("model.jsonl", {"step": step})
+        if step == 1:
+            return ModelResponse(parts=[ToolCallPart("wire", {"amount": 900}, tool_call_id="w1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model, model_name="scripted"))
+
+    @agent.tool_plain(requires_approval=True)
+    def wire(amount: int) -> str:
+        note("effects.jsonl", {"tool": "wire", "args": {"amount": amount}})
+        return f"wired {amount}"
+
+    return agent
+
+
+async def approval_main(run_id: str, store: Any, goal: str = GOAL) -> Any:
+    from polyloop.pydantic_ai import PolyLoopAgent
+
+    return await PolyLoopAgent(approval_agent(), target=f"{HERE}:approval_main").run(goal, run_id=run_id, store=store)

@@ -83,7 +83,7 @@ class World:
         assert unknown, doc
         done = []
         for e in unknown:
-            landed = [x for x in self.ledger("effects.jsonl") if x["tool"] == e["tool"] and x["args"] == e["args"]]
+            landed = [x for x in self.ledger("effects.jsonl") if x["args"] == e["args"]]  # amounts are unique
             assert len(landed) <= 1, f"{e['id']} ran {len(landed)} times"
             flag = ["--executed", "--observation", f"paid {e['args']['amount']}"] if landed else ["--not-executed"]
             p = self.cli("mark-resolved", RUN_ID, e["id"], *flag, "--reason", "the ledger says so")
