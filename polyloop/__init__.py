@@ -28,7 +28,6 @@ from ._log.errors import (
     CheckpointError,
     CorruptLogError,
     DecisionError,
-    DivergenceError,
     CrashLoopError,
     InvalidInputError,
     InvalidRunIdError,
@@ -47,6 +46,7 @@ from ._log.errors import (
     TargetError,
     TransientModelError,
 )
+from ._log.divergence import DivergenceError
 from ._log.unavailable import ModelRefusedError, ModelUnavailableError
 from ._run.retry import ModelOutage, outages as model_outages
 from ._log.ids import check_run_id, new_run_id

@@ -30,7 +30,8 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._log.errors import InvalidInputError, DivergenceError
+from ._log.divergence import DivergenceError
+from ._log.errors import InvalidInputError
 from ._log.store_port import Store
 from ._run.agent import Agent, _ask, default_directory, opened
 from ._run.result import RunResult

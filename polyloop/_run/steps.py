@@ -25,7 +25,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._log.errors import AlertError, ApprovalRequiredError, DivergenceError, InvalidInputError, NeedsOperatorError
+from .._log.divergence import DivergenceError
+from .._log.errors import AlertError, ApprovalRequiredError, InvalidInputError, NeedsOperatorError
 from .._log.model_port import ModelOutput, ToolCall, Usage, _History
 from .._log.records import ModelCallResult, StepCompleted
 from .._recovery.plan import (

@@ -8,7 +8,9 @@ import re
 
 import polyloop
 import polyloop.anthropic
+import polyloop.durable
 import polyloop.openai
+import polyloop.pydantic_ai
 import polyloop.stores
 import polyloop.testing
 import pytest
@@ -17,7 +19,8 @@ from polyloop_cli import errors as cli_errors
 
 PAGE = DOCS / "reference" / "python-api.md"
 TEXT = PAGE.read_text(encoding="utf-8")
-MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic]
+MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic, polyloop.durable,
+           polyloop.pydantic_ai]
 PUBLIC = {(m.__name__, name): getattr(m, name) for m in MODULES for name in m.__all__}
 
 
