@@ -39,7 +39,8 @@ def test_issue_names_are_importable():
 
 
 def test_the_library_never_imports_typer_rich_or_openai():
-    code = "import sys, polyloop, polyloop.testing, polyloop.stores; print(sorted(m for m in ('typer','rich','openai','pytest') if m in sys.modules))"
+    code = ("import sys, polyloop, polyloop.testing, polyloop.stores, polyloop.durable; "
+            "print(sorted(m for m in ('typer','rich','openai','pytest','pydantic_ai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
