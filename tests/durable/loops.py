@@ -67,6 +67,8 @@ async def hand_main(run_id: str, store: Any, goal: str = GOAL) -> Any:
             if not reply.calls:
                 return await run.finish(reply.text)
             for name, args in reply.calls:
+                if name == "pay" and os.environ.get("DURABLE_CHANGED"):  # the loop's logic changed since
+                    args = {"amount": args["amount"] + 1}
                 await run.tool_call(name, args, fns[name])
 
 

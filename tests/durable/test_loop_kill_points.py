@@ -40,3 +40,16 @@ def test_a_loop_killed_at_a_write_resumes_without_paying_twice(tmp_path, loop, p
     assert world.child(point) == -9, f"the child was not killed at {point}"
     world.recover()
     world.check(point)
+
+
+def test_a_loop_whose_logic_changed_is_refused_with_exit_4_naming_the_divergence(tmp_path):
+    world = World(tmp_path, "hand")
+    assert world.child("after:step_completed:1") == -9
+    world.env["DURABLE_CHANGED"] = "1"
+    refused = world.cli("resume", "loop-run")
+    assert refused.code == 4, refused.stderr
+    assert "diverged from its log at step 1" in refused.stderr and "pay({'amount': 4})" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert [e["args"] for e in world.ledger("effects.jsonl")] == [{"q": "gas"}, {"amount": 3}]  # nothing more ran
+    del world.env["DURABLE_CHANGED"]
+    assert world.cli("resume", "loop-run").code == 0
