@@ -12,7 +12,7 @@ class DivergenceError(CheckpointError):
     from its start: each model call and tool call it asks for must be the
     one the log records at that point (same step, same tool, same
     arguments). The first one that is not is refused before anything of it
-    runs; nothing was written. The loop's logic changed (or is not
+    runs (the resume's own `resumed` record is all it wrote). The loop's logic changed (or is not
     deterministic): start the run over under a new run id, or restore the
     logic that made the log.
 
