@@ -6,7 +6,7 @@ recovery goes through the `polyloop` command line as an operator would (`resume`
 (`support.cli.polyloop_in_process`: the same typer app, exit codes and output). The oracle:
 the run ends with the scripted answer; every model call whose result was durable was paid
 once (only the kill between a model call's intent and its result may pay one more); every
-`never` call ran exactly once; the log verifies.
+`never` call ran one time, no more and no less; the log verifies.
 """
 
 from __future__ import annotations
