@@ -46,6 +46,7 @@ from ._log.errors import (
     TargetError,
     TransientModelError,
 )
+from ._log.divergence import DivergenceError
 from ._log.unavailable import ModelRefusedError, ModelUnavailableError
 from ._run.retry import ModelOutage, outages as model_outages
 from ._log.ids import check_run_id, new_run_id
@@ -118,6 +119,7 @@ __all__ = [
     "CrashLoopError",
     "Decision",
     "DecisionError",
+    "DivergenceError",
     "DoctorCheck",
     "Execution",
     "FileVerdict",

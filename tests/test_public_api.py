@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_all_is_sorted_and_lists_exactly_the_public_names():
     assert polyloop.__all__ == sorted(polyloop.__all__)
-    public = {n for n in dir(polyloop) if not n.startswith("_")} - {"stores", "testing", "openai", "anthropic", "mcp", "examples", "for_cli", "otel"}
+    public = {n for n in dir(polyloop) if not n.startswith("_")} - {"stores", "testing", "openai", "anthropic", "mcp", "examples", "for_cli", "otel", "durable", "pydantic_ai"}
     assert public == set(polyloop.__all__)
 
 
@@ -49,7 +49,8 @@ def test_issue_names_are_importable():
 
 
 def test_the_library_never_imports_typer_rich_or_openai():
-    code = "import sys, polyloop, polyloop.testing, polyloop.stores; print(sorted(m for m in ('typer','rich','openai','pytest') if m in sys.modules))"
+    code = ("import sys, polyloop, polyloop.testing, polyloop.stores, polyloop.durable; "
+            "print(sorted(m for m in ('typer','rich','openai','pytest','pydantic_ai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from .result import RunResult
 from .resume import Resume
 from .._log.store_port import Store
 from ..stores._jsonl import JsonlStore
+from .loop import _Run
 from .sources import run_on
 from .tool_source import ToolSource, expand, using
 from .tools import Tool
@@ -295,6 +297,17 @@ def _ask(
 
 async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -> RunResult:
     """Hold the run, start it (no log yet) or walk its log, check it is the run asked for, and go."""
+    async with opened(agent, store, ask, resume) as run:
+        return await run_on(agent, run)
+
+
+@contextlib.asynccontextmanager
+async def opened(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -> AsyncIterator[_Run]:
+    """The run asked for, held until the block ends: started (no log yet) or walked and checked.
+
+    The one way into a run for the built-in loop (`Agent.run`) and a user's
+    loop (`polyloop.durable.open_run`): the caller opens it (`_Run.open`) and drives it.
+    """
     run_id = ask.run_id
     if ask.unreadable is not None and (ask.new or await read_or_none(store, run_id) is None):
         raise ask.unreadable  # a new run: refused before the lock (and its file) is taken
@@ -315,7 +328,7 @@ async def _start_or_resume(agent: Agent, store: Store, ask: _Ask, resume: Resume
             raise RunMismatchError(run_id, "max_steps", recorded, ask.max_steps)
         if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
             await check_artifacts(store, walker)
-        return await run_on(agent, store, walker, resume)
+        yield _Run(agent, store, walker, resume)
 
 
 async def _start(store: Store, ask: _Ask) -> RunStarted:

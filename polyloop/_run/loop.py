@@ -115,10 +115,18 @@ class _Run:
                 raise RunMismatchError(self.run_id, f"guards of tool {t.name!r}", recorded, t.guard_config())
         check_recorded(self)
 
-    async def go(self) -> RunResult:
+    async def open(self) -> None:
+        """Before anything runs: a resume's checks (validity, crash loop, the count); then live.
+
+        The one opening of a run, for the built-in loop (`go`) and a user's
+        loop (`polyloop._run.steps.LoopSteps`) alike.
+        """
         if self.resume is not None:
-            await self.resume.open(self)  # before anything runs: validity, crash loop, the count
+            await self.resume.open(self)
         self.walker.go_live()
+
+    async def go(self) -> RunResult:
+        await self.open()
         history = rebuild_history(self.walker)
         while True:
             planned = plan(self.walker)

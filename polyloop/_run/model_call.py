@@ -18,6 +18,7 @@ A failure is recorded as the attempt's `model_call_result` and then:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -34,15 +35,23 @@ from .run_port import RunPort
 
 
 async def call_model(
-    run: RunPort, outage: Outage | None, specs: list[Any], planned: CallModel, history: _History
+    run: RunPort, outage: Outage | None, specs: list[Any], planned: CallModel, history: _History,
+    ask: Callable[[], Awaitable[ModelOutput]] | None = None,
 ) -> str | None:
-    """Call the model for a step; the error that ends the run when the provider refused for good."""
+    """Call the model for a step; the error that ends the run when the provider refused for good.
+
+    `ask` is how a user's loop calls its own model (`polyloop.durable`); by
+    default the agent's model is asked with the history and the tools' specs.
+    """
     step, attempt = planned.step, planned.attempt
     rid = f"s{step}-m{attempt}"
     level = await outage.admit(step) if outage is not None else 0
     try:
         await run.write(Intent(kind="model_call", step=step, attempt=attempt, result_id=rid))
-        output = await run.agent.model.complete(history.view(), specs)
+        if ask is None:
+            output = await run.agent.model.complete(history.view(), specs)
+        else:
+            output = await ask()
         if not isinstance(output, ModelOutput):
             raise TypeError(f"the model returned {type(output).__name__}, not ModelOutput")
     except (Exception, SystemExit) as exc:  # SystemExit: a model does not pick our exit code

@@ -27,18 +27,15 @@ from .tool_source import using
 from .tools import ToolAnswerLostError
 
 if TYPE_CHECKING:
-    from .._log.store_port import Store
-    from .._recovery.walker import Walker
     from .result import RunResult
-    from .resume import Resume
     from .run_port import AgentPort
 
 # Lost answers of `safe` calls one pass replays before it stops the run (resumable).
 _LOST_REPLAYS = 3
 
 
-async def run_on(agent: AgentPort, store: Store, walker: Walker, resume: Resume | None) -> RunResult:
-    """`_Run(...).go()` with the agent's sources held; a lost answer goes on as a crash would.
+async def run_on(agent: AgentPort, run: _Run) -> RunResult:
+    """`run.go()` with the agent's sources held; a lost answer goes on as a crash would.
 
     Called under the run's hold. After `ToolAnswerLostError` the log is read
     and walked again (the lost call is then an intent without a result, its
@@ -50,11 +47,11 @@ async def run_on(agent: AgentPort, store: Store, walker: Walker, resume: Resume 
     async with using(agent.sources):
         while True:
             try:
-                return await _Run(agent, store, walker, resume).go()
+                return await run.go()
             except ToolAnswerLostError:
                 lost += 1
-                run_id = walker.started.run_id if walker.started is not None else ""
-                records = await read_or_none(store, run_id)
+                run_id = run.run_id
+                records = await read_or_none(run.store, run_id)
                 assert records is not None
                 walker = await walk_checked(records, run_id)
                 planned = plan(walker)
@@ -62,7 +59,7 @@ async def run_on(agent: AgentPort, store: Store, walker: Walker, resume: Resume 
                     raise NeedsOperatorError(run_id, planned.executions) from None
                 if lost > _LOST_REPLAYS:
                     raise
-                resume = None  # the same pass goes on: nothing of the checkpoint changed
+                run = _Run(agent, run.store, walker, None)  # the same pass goes on: nothing of the checkpoint changed
 
 
 def lost_answer(tool: str, run_id: str, result_id: str, why: Any) -> ToolAnswerLostError:

@@ -18,11 +18,13 @@ from .._log.errors import NeedsOperatorError, PolyLoopError, TargetError
 from .._files import NotRegularFileError, check_regular, read_regular
 from .._log.ids import check_run_id
 from .hold import walked
+from .loop import _Run
 from .sources import run_on
 from .._recovery.plan import Finished, NeedsOperator, plan
 from .cancelling import ended_by
 from .result import RunResult
 from .resume import Resume
+from .steps import RunEnded, resume_as
 from .._log.store_port import Store
 
 
@@ -247,14 +249,42 @@ async def resume_run(
             raise NeedsOperatorError(run_id, planned.executions)
         assert walker.started is not None
         target = walker.started.target
+        own_loop = walker.started.config.get("loop") == "own"
         if not target:
             raise TargetError(
                 "<none>",
-                f"run {run_id!r} was started from Python without a target; resume it by "
-                "calling Agent.run with the same run id",
+                f"run {run_id!r} was started from Python without a target; resume it by calling "
+                + ("its loop's open_run" if own_loop else "Agent.run") + " with the same run id",
             )
-        agent = watched(load_target(target), on_alert)
-        return await run_on(agent, store, walker, resume)
+        if not own_loop:
+            agent = watched(load_target(target), on_alert)
+            return await run_on(agent, _Run(agent, store, walker, resume))
+        goal = walker.started.goal
+    # A user's loop takes the hold itself (`polyloop.durable.open_run`), in its entry point.
+    return await _call_entry(target, run_id, store, goal, resume)
+
+
+async def _call_entry(target: str, run_id: str, store: Store, goal: str, resume: Resume) -> RunResult:
+    """Resume a run of a user's loop: call its entry point `fn(run_id=..., store=..., goal=...)`."""
+    where, name = _split(target)
+    module = _import_file(target, where) if _is_file(where) else _import_module(target, where)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise TargetError(target, f"{where} has no function {name!r}")
+    with resume_as(run_id, resume):
+        try:
+            value = fn(run_id=run_id, store=store, goal=goal)
+            if inspect.isawaitable(value):
+                value = await value
+        except RunEnded as ended:
+            return ended.result
+    if isinstance(value, RunResult):
+        return value
+    async with walked(store, run_id) as walker:
+        f = walker.finished
+        if f is None:
+            raise TargetError(target, f"{name}() returned before run {run_id!r} finished")
+        return RunResult(run_id, f.reason, f.result, f.steps, ended_by(f))
 
 
 def watched(agent: Agent, on_alert: Callable[[dict[str, Any]], Any] | None) -> Agent:

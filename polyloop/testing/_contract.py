@@ -41,25 +41,16 @@ from .._log.store_port import Store, capabilities_of
 from .._run.context import ToolContext
 from .._run.tools import tool
 from ._contract_moves import a_run_moves_out_whole
+from ._contract_loop import a_users_loop_follows_replay_policies, a_users_loop_writes_the_built_in_loops_log_and_resumes_the_same
+from ._samples import ContractViolation, make_store as _make
 from ._samples import CrashIn, StopAfter, Stopped, approved_run, contract_agent, guarded_run, logical, sample_run
 
 StoreFactory = Callable[[], Any]
 Property = Callable[[StoreFactory], Awaitable[None]]
 
 
-class ContractViolation(AssertionError):
-    """A store broke a property of the storage contract."""
-
-
 def _fresh_id(label: str) -> str:
     return f"contract-{label}-{uuid.uuid4().hex[:12]}"
-
-
-async def _make(factory: StoreFactory) -> Store:
-    store = factory()
-    if asyncio.iscoroutine(store):
-        store = await store
-    return store
 
 
 def _expect(condition: bool, message: str) -> None:
@@ -417,6 +408,8 @@ PROPERTIES: tuple[Property, ...] = (
     products_round_trip,
     outage_records_round_trip,
     a_run_moves_out_whole_property,
+    a_users_loop_writes_the_built_in_loops_log_and_resumes_the_same,
+    a_users_loop_follows_replay_policies,
 )
 
 
@@ -492,3 +485,7 @@ class StoreContract:
         asyncio.run(outage_records_round_trip(store_factory))
     def test_a_run_moves_out_whole_property(self, store_factory: StoreFactory) -> None:
         asyncio.run(a_run_moves_out_whole_property(store_factory))
+    def test_a_users_loop_writes_the_built_in_loops_log_and_resumes_the_same(self, store_factory: StoreFactory) -> None:
+        asyncio.run(a_users_loop_writes_the_built_in_loops_log_and_resumes_the_same(store_factory))
+    def test_a_users_loop_follows_replay_policies(self, store_factory: StoreFactory) -> None:
+        asyncio.run(a_users_loop_follows_replay_policies(store_factory))

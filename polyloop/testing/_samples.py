@@ -3,6 +3,8 @@ agent they run, and a store wrapper that stops a run after a chosen write (polyl
 
 from __future__ import annotations
 
+import inspect
+
 from typing import Any
 
 from .._log.ids import idempotency_key, rollback_key
@@ -90,6 +92,18 @@ class StopAfter(Store):
 
     async def read_log(self, run_id: str) -> Any:
         return await self.inner.read_log(run_id)
+
+
+class ContractViolation(AssertionError):
+    """A store broke a property of the storage contract."""
+
+
+async def make_store(factory: Any) -> Any:
+    """The store a contract property tests: `factory()`, awaited when it is a coroutine."""
+    store = factory()
+    if inspect.iscoroutine(store):
+        store = await store
+    return store
 
 
 class Stopped(BaseException):

@@ -8,9 +8,11 @@ import re
 
 import polyloop
 import polyloop.anthropic
+import polyloop.durable
 import polyloop.mcp
 import polyloop.openai
 import polyloop.otel
+import polyloop.pydantic_ai
 import polyloop.stores
 import polyloop.testing
 import pytest
@@ -19,7 +21,8 @@ from polyloop_cli import errors as cli_errors
 
 PAGE = DOCS / "reference" / "python-api.md"
 TEXT = PAGE.read_text(encoding="utf-8")
-MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic, polyloop.mcp, polyloop.otel]
+MODULES = [polyloop, polyloop.testing, polyloop.stores, polyloop.openai, polyloop.anthropic, polyloop.mcp, polyloop.otel,
+           polyloop.durable, polyloop.pydantic_ai]
 PUBLIC = {(m.__name__, name): getattr(m, name) for m in MODULES for name in m.__all__}
 
 

@@ -1,0 +1,94 @@
+"""`polyloop.pydantic_ai`: an existing Pydantic AI agent on a PolyLoop log (no network, and OpenAI over a real socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("pydantic_ai")
+
+import loops  # noqa: E402
+from worlds import RUN_ID, World  # noqa: E402
+
+from polyloop import ApprovalRequiredError  # noqa: E402
+from polyloop.testing import FakeOpenAIServer, FakeResponse, MemoryStore  # noqa: E402
+
+
+def test_a_test_model_agent_runs_and_its_finished_run_is_returned_as_recorded():
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from polyloop.pydantic_ai import PolyLoopAgent
+
+    agent = Agent(TestModel())
+    ran: list[int] = []
+
+    @agent.tool_plain
+    def count(n: int) -> int:
+        ran.append(n)
+        return n + 1
+
+    durable = PolyLoopAgent(agent, tools={"count": "safe"})
+
+    async def go() -> None:
+        store = MemoryStore()
+        first = await durable.run("count", run_id="t", store=store)
+        assert first.reason == "final_answer" and ran == [0]
+        again = await durable.run(run_id="t", store=store)
+        assert again.already_finished and again.text == first.text and ran == [0]
+        records = [r.TAG for r in await store.read_log("t")]
+        assert records.count("model_call_result") == 2 and "action_result" not in records  # one call a step
+
+    asyncio.run(go())
+
+
+def test_a_deferred_approval_waits_on_the_record_and_polyloop_approve_releases_it(tmp_path, monkeypatch):
+    world = World(tmp_path, "approval")
+    monkeypatch.setenv("DURABLE_WORLD", str(tmp_path))
+    from polyloop.stores import JsonlStore
+
+    with pytest.raises(ApprovalRequiredError) as caught:
+        asyncio.run(loops.approval_main(RUN_ID, JsonlStore(world.dir)))
+    assert world.ledger("effects.jsonl") == []  # nothing of the call ran
+    request = caught.value.requests[0]
+    assert (request.tool, request.args) == ("wire", {"amount": 900})
+    waiting = world.cli("resume", RUN_ID)
+    assert waiting.code == 3 and "polyloop approve" in waiting.stderr
+    assert world.cli("approve", RUN_ID, request.result_id, "--reason", "checked", "--by", "al").code == 0
+    done = world.cli("resume", RUN_ID)  # calls approval_main, the recorded entry point
+    assert done.code == 0, done.stderr
+    assert world.ledger("effects.jsonl") == [{"tool": "wire", "args": {"amount": 900}}]
+    assert [e["step"] for e in world.ledger("model.jsonl")] == [1, 2]  # step 1's answer came from the log
+
+
+def _fake_answer(body: dict[str, Any]) -> FakeResponse:
+    answered = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if answered == 0:
+        return FakeResponse.tool_call("lookup_bill", {"q": "gas"}, more=[("pay_bill", {"amount": 3})], usage=(10, 5))
+    if answered == 1:
+        return FakeResponse.tool_call("pay_bill", {"amount": 5}, usage=(20, 5))
+    return FakeResponse.final("done", usage=(30, 5))
+
+
+@pytest.mark.parametrize(("point", "paid"), [("before:model_call_result:2", 4), ("after:intent:action:3", 3)])
+def test_an_openai_agent_killed_mid_run_resumes_over_a_real_socket_without_paying_twice(tmp_path, point, paid):
+    with FakeOpenAIServer(responder=_fake_answer) as server:
+        world = World(tmp_path, "openai")
+        world.env["FAKE_OPENAI_URL"] = server.base_url
+        assert world.child(point) == -9
+        world.recover()
+        assert len(server.chat_requests) == paid  # only a call whose answer was not durable is paid again
+    doc = json.loads(world.cli("inspect", RUN_ID, "--json").stdout)
+    assert (doc["status"], doc["result"]) == ("finished", "done"), doc
+    effects = world.ledger("effects.jsonl")
+    for amount in (3, 5):
+        assert sum(e["args"] == {"amount": amount} for e in effects) == 1, effects
