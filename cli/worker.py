@@ -93,29 +93,30 @@ def _printer(as_json: bool, url: str):
 
     return show
 
+Concurrency = Annotated[int, typer.Option("--concurrency", metavar="N", min=1, help="How many runs to run at once.")]
+Lease = Annotated[
+    float,
+    typer.Option(
+        "--lease", metavar="SECONDS", min=0.5,
+        help="How long a lease lasts unrenewed: a dead worker's runs are taken over after about this long.",
+    ),
+]
+Poll = Annotated[float, typer.Option("--poll", metavar="SECONDS", min=0.01, help="How often to look at the queue when idle.")]
+UntilIdle = Annotated[
+    bool, typer.Option(
+        "--until-idle",
+        help="Exit once no run is queued or running (by any worker; a dead worker's runs once taken over).",
+    )
+]
+
 
 def command(
     store_url: StoreUrl = None,
     directory: QueueDir = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", metavar="N", min=1, help="How many runs to run at once.")
-    ] = 1,
-    lease: Annotated[
-        float,
-        typer.Option(
-            "--lease", metavar="SECONDS", min=0.5,
-            help="How long a lease lasts unrenewed: a dead worker's runs are taken over after about this long.",
-        ),
-    ] = 15.0,
-    poll: Annotated[
-        float, typer.Option("--poll", metavar="SECONDS", min=0.01, help="How often to look at the queue when idle.")
-    ] = 1.0,
-    until_idle: Annotated[
-        bool, typer.Option(
-            "--until-idle",
-            help="Exit once no run is queued or running (by any worker; a dead worker's runs once taken over).",
-        )
-    ] = False,
+    concurrency: Concurrency = 1,
+    lease: Lease = 15.0,
+    poll: Poll = 1.0,
+    until_idle: UntilIdle = False,
     health: Health = None,
     port: Port = None,
     grace: Grace = 30.0,
