@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -35,9 +35,14 @@ class Wrap:
     def __call__(self, store: Any) -> Any:
         return self._wrap(store) if self._wrap is not None else store
 
-    def worker_event(self, event: Any) -> None:
+    def worker_event(self, event: Any, worker: Any = None) -> None:
         if self._worker is not None:
-            self._worker.on_event(event)
+            self._worker.on_event(event, worker)
+
+    @property
+    def sampler(self) -> Callable[[Any], Awaitable[None]] | None:
+        """What samples a worker's store for the metrics (the queue's depth); None when off."""
+        return self._worker.sample if self._worker is not None else None
 
 
 @contextlib.contextmanager

@@ -8,8 +8,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Annotated, Any
 
 import typer
 
@@ -170,21 +170,23 @@ def command(
         with telemetry.telemetry(otel) as traced:
 
             def on_event(event: WorkerEvent) -> None:
-                traced.worker_event(event)
+                traced.worker_event(event, worker)
                 show(event)
 
             worker = Worker(store, concurrency=concurrency, poll=poll, on_event=on_event, until_idle=until_idle,
                             observe=traced)
             with _driver_warnings(show):
-                received = asyncio.run(_work(worker, grace=grace, health=health, port=port))
+                received = asyncio.run(_work(worker, grace=grace, health=health, port=port, sample=traced.sampler))
     if signal.SIGINT in received:
         sys.stderr.write("polyloop: interrupted; every lease this worker held was released\n")
         errors.interruption_reported = True
         raise typer.Exit(INTERRUPTED)
 
 
-async def _work(worker: Worker, *, grace: float, health: str | None, port: int | None) -> set[int]:
-    """Run the worker until it stops; return the signals that stopped it."""
+async def _work(worker: Worker, *, grace: float, health: str | None, port: int | None,
+                sample: Callable[[Any], Awaitable[None]] | None = None) -> set[int]:
+    """Run the worker until it stops; return the signals that stopped it. `sample(store)` runs
+    beside it while the store is open (the queue depth of --otel's metrics)."""
     loop = asyncio.get_running_loop()
     received: set[int] = set()
     signals = [0]
@@ -206,7 +208,13 @@ async def _work(worker: Worker, *, grace: float, health: str | None, port: int |
         if port:
             server = await serve_port(worker, port)
         async with worker.store:
-            await worker.run()
+            sampling = asyncio.create_task(sample(worker.store)) if sample is not None else None
+            try:
+                await worker.run()
+            finally:
+                if sampling is not None:
+                    sampling.cancel()
+                    await asyncio.gather(sampling, return_exceptions=True)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

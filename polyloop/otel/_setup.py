@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -98,7 +99,23 @@ class WorkerMetrics:
     def queue_depth(self, runs: int) -> None:
         self._depth.set(runs)
 
-    def on_event(self, event: Any) -> None:
-        """Count what a worker event (`polyloop.WorkerEvent`) tells: a takeover."""
-        if getattr(event, "event", None) == "takeover":
+    def on_event(self, event: Any, worker: Any = None) -> None:
+        """Count what a worker event (`polyloop.stores.WorkerEvent`) tells: a takeover, a lease
+        lost to another worker (a fenced writer); and, given the `Worker`, the latency of the
+        claim a `claim` or `takeover` event reports (its `claim_seconds`)."""
+        kind = getattr(event, "event", None)
+        if kind == "takeover":
             self.takeover()
+        elif kind == "lost":
+            self.fenced()
+        if kind in ("claim", "takeover") and worker is not None and worker.claim_seconds:
+            self.claim_latency(worker.claim_seconds[-1])
+
+    async def sample(self, store: Any, every: float = 5.0) -> None:
+        """Set the queue's depth from `store.queued()` every `every` seconds, until cancelled."""
+        while True:
+            try:
+                self.queue_depth(await store.queued())
+            except Exception:  # noqa: BLE001  (a store that cannot answer now: the worker reports it)
+                pass
+            await asyncio.sleep(every)

@@ -1,4 +1,4 @@
-"""A real OTLP/HTTP receiver for the tests: decodes what exporters POST to /v1/traces (and takes /v1/metrics)."""
+"""A real OTLP/HTTP receiver for the tests: decodes what exporters POST to /v1/traces and /v1/metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 
@@ -33,6 +34,7 @@ class Receiver:
     url: str
     spans: list[Received] = field(default_factory=list)
     metric_posts: int = 0
+    metrics: set[str] = field(default_factory=set)  # the names of the metrics received
 
     def named(self, prefix: str) -> list[Received]:
         return [s for s in self.spans if s.name.startswith(prefix)]
@@ -64,6 +66,12 @@ def _decode(body: bytes) -> list[Received]:
     return out
 
 
+def _metric_names(body: bytes) -> set[str]:
+    request = ExportMetricsServiceRequest()
+    request.ParseFromString(body)
+    return {m.name for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+
 @contextmanager
 def otlp_receiver(status: int = 200) -> Iterator[Receiver]:
     """An OTLP/HTTP (protobuf) receiver on a free port of 127.0.0.1, for as long as the block runs
@@ -79,6 +87,7 @@ def otlp_receiver(status: int = 200) -> Iterator[Receiver]:
                     receiver.spans.extend(_decode(body))
                 else:
                     receiver.metric_posts += 1
+                    receiver.metrics |= _metric_names(body)
             self.send_response(status)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")

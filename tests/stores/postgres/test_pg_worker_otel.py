@@ -21,6 +21,9 @@ def test_a_worker_with_otel_traces_the_runs_it_claims(own_db) -> None:
     assert names == ["chat"] * 3 + ["execute_tool"] * 2 + ["invoke_agent"]
     assert len({s.trace_id for s in live.spans}) == 1
     assert live.metric_posts >= 1  # the worker's metrics were flushed on the way out
+    # Its own: how long the claim took, and the queue's depth (sampled while it ran).
+    assert {"polyloop.worker.claim.duration", "polyloop.queue.depth"} <= live.metrics, live.metrics
+    assert "gen_ai.client.operation.duration" in live.metrics, live.metrics
     shown = polyloop("trace", "w1", "--store", own_db, "--json")
     assert shown.code == 0, shown.stderr
     assert shown.json()["trace_id"] == live.spans[0].trace_id  # recorded in the log, so the trace is the same
