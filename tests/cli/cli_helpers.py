@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from polyloop._log.ids import idempotency_key
-from support.cli import READING, Done, clean_env, console_script, polyloop_in_process  # noqa: F401 (re-exported)
+from support.cli import Done, clean_env, console_script, polyloop, polyloop_quick  # noqa: F401 (re-exported)
 
 HERE = Path(__file__).resolve().parent
 AGENTS = HERE / "agents.py"
@@ -30,19 +30,8 @@ class Cli:
         argv = [*args]
         if dir and args and args[0] in {"run", "resume", "inspect", "mark-resolved"}:
             argv += ["--dir", str(self.runs)]
-        if args and args[0] in READING and not process:
-            return polyloop_in_process(*argv, cwd=self.cwd, env=clean_env(**(env or {})))
-        argv = [*console_script(), *argv]
-        proc = subprocess.run(
-            argv,
-            cwd=self.cwd,
-            env=clean_env(**(env or {})),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        return Done(proc.returncode, proc.stdout, proc.stderr)
+        run = polyloop if process else polyloop_quick
+        return run(*argv, cwd=self.cwd, env=clean_env(**(env or {})), timeout=timeout)
 
     def log(self, run_id: str) -> Path:
         return self.runs / f"{run_id}.jsonl"

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 from example_helpers import EXAMPLES, LEAKY, Runner, clean_env, console_script
-from support.cli import READING, polyloop_in_process
+from support.cli import READING, polyloop_quick
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +53,7 @@ def polyloop(workdir: Path) -> Runner:
     def run(first: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         if first not in READING:
             return as_process(first, *args, env=env, timeout=timeout)
-        done = polyloop_in_process(first, *args, cwd=workdir, env=clean_env(**(env or {})))
+        done = polyloop_quick(first, *args, cwd=workdir, env=clean_env(**(env or {})))
         return subprocess.CompletedProcess([first, *args], done.code, done.stdout, done.stderr)
 
     return run
