@@ -11,12 +11,13 @@ connection open through proxies; the browser reconnects by itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import hashlib
+from collections.abc import AsyncIterator, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from polyloop import PolyLoopError, list_runs
+from polyloop import PolyLoopError, RunSummary, list_runs
 from polyloop.stores._follow import follower
 
 from .access import Session
@@ -61,30 +62,40 @@ async def run_events(request: Request, console: Console, session: Session) -> Re
     return _stream(events())
 
 
+def runs_seen(found: Sequence[RunSummary]) -> str:
+    """A short digest of the runs' list as a page draws it (status, steps, last activity, what waits)."""
+    shown = repr([(s.run_id, s.status, s.steps, s.updated, s.waiting) for s in found])
+    return hashlib.blake2b(shown.encode(), digest_size=8).hexdigest()
+
+
 async def runs_events(request: Request, console: Console, session: Session) -> Response:
-    """`moved` each time the runs' list (status, steps, last activity, what waits) changes."""
+    """`moved` as soon as the runs' list differs from the one the page was drawn from (`seen`).
+
+    The page passes the digest of what it drew, so a run that appears between
+    the page's drawing and this stream's first look still moves the page.
+    """
     q = request.query_params
     status = q.get("status") or None
+    seen = q.get("seen")
 
-    def snapshot() -> list[tuple[object, ...]]:
-        found = list_runs(console.where, statuses=[status] if status else None, workers=1,
-                          since=q.get("since") or None, target=q.get("target") or None)
-        return [(s.run_id, s.status, s.steps, s.updated, s.waiting) for s in found]
+    def snapshot() -> str:
+        return runs_seen(list_runs(console.where, statuses=[status] if status else None, workers=1,
+                                   since=q.get("since") or None, target=q.get("target") or None))
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
         try:
-            first = await asyncio.to_thread(snapshot)
+            drawn = seen or await asyncio.to_thread(snapshot)
         except Exception:  # noqa: BLE001 - the page itself says what is wrong with the filter or the store
             return
         while not await request.is_disconnected():
-            await asyncio.sleep(LIST_POLL)
             try:
                 now = await asyncio.to_thread(snapshot)
             except Exception:  # noqa: BLE001 - a store unavailable for a moment: look again
-                continue
-            if now != first:
+                now = drawn
+            if now != drawn:
                 yield "event: moved\ndata: runs\n\n"
                 return
+            await asyncio.sleep(LIST_POLL)
 
     return _stream(events())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,6 +16,7 @@ from polyloop.stores._place import place_of
 
 from .access import Session
 from .console import Console
+from .live import runs_seen
 from .views import STATUS_WORDS, run_view, runs_view
 
 STATUSES = tuple(STATUS_WORDS)
@@ -36,7 +38,8 @@ async def runs(request: Request, console: Console, session: Session) -> Response
         return console.page("refused.html", 503, title="Store unavailable", why=str(exc), session=session)
     return console.page("runs.html", title="Runs", rows=runs_view(found), session=session, statuses=STATUSES,
                         filters={"status": status or "", "since": q.get("since", ""), "target": q.get("target", "")},
-                        events="/events" + (f"?{request.url.query}" if request.url.query else ""))
+                        events="/events?" + urlencode([*((k, v) for k, v in q.multi_items() if k != "seen"),
+                                                       ("seen", runs_seen(found))]))
 
 
 async def run(request: Request, console: Console, session: Session) -> Response:

@@ -183,6 +183,19 @@ def test_the_runs_page_follows_new_runs_by_itself(page: Any, server: Server, run
     page.wait_for_selector("table.runs a:text-is('pay-10')", timeout=15_000)
 
 
+def test_a_run_started_before_the_runs_page_listens_still_moves_it(page: Any, server: Server, runs: Path) -> None:
+    page.goto(server.base)
+    events = page.get_attribute("body", "data-events")  # drawn before the run exists; it says what was drawn
+    assert "seen=" in events
+    start_run(runs, "pay-12", "pay", {"to": "umbrella", "amount": 4})  # before anything listens
+    moved = page.evaluate("""url => new Promise(done => {
+        const source = new EventSource(url);
+        source.addEventListener("moved", () => { source.close(); done(true); });
+        setTimeout(() => { source.close(); done(false); }, 10000);
+    })""", events)
+    assert moved is True
+
+
 @pytest.mark.slow
 def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
     orders = runs.parent / "orders.csv"
