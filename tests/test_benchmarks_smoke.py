@@ -7,11 +7,11 @@ never the figures: the machine is shared, and timing assertions would flake.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import forking
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "benchmarks" / "run.py"
@@ -19,7 +19,7 @@ PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
 
 
 def _run(*args: str, tmp_path: Path) -> str:
-    proc = subprocess.run(
+    proc = forking.run(
         [sys.executable, str(RUN), "--quick", "--dir", str(tmp_path), *args],
         capture_output=True,
         text=True,
@@ -33,7 +33,7 @@ def _run(*args: str, tmp_path: Path) -> str:
 
 def _bench(script: str, tmp_path: Path) -> str:
     """Run one benchmark script of benchmarks/ at its --quick size; its output."""
-    proc = subprocess.run(
+    proc = forking.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--dir", str(tmp_path)],
         capture_output=True, text=True, timeout=240, cwd=tmp_path,
     )

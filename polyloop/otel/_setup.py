@@ -112,10 +112,18 @@ class WorkerMetrics:
             self.claim_latency(worker.claim_seconds[-1])
 
     async def sample(self, store: Any, every: float = 5.0) -> None:
-        """Set the queue's depth from `store.queued()` every `every` seconds, until cancelled."""
-        while True:
-            try:
-                self.queue_depth(await store.queued())
-            except Exception:  # noqa: BLE001  (a store that cannot answer now: the worker reports it)
-                pass
-            await asyncio.sleep(every)
+        """Set the queue's depth from `store.queued()` every `every` seconds until cancelled, and once
+        more as it is cancelled: a worker that ends before a look has finished still reports one."""
+        try:
+            while True:
+                await self._look(store)
+                await asyncio.sleep(every)
+        except asyncio.CancelledError:
+            await self._look(store)
+            raise
+
+    async def _look(self, store: Any) -> None:
+        try:
+            self.queue_depth(await store.queued())
+        except Exception:  # noqa: BLE001  (a store that cannot answer now: the worker reports it)
+            pass

@@ -126,7 +126,7 @@ def test_cancel_and_sigkill_at_random_moments_lose_nothing(cli: Cli, tmp_path: P
     cut = started - ended_calls
     assert len(cut) <= 1  # only the SIGKILL can cut a call, and only once
     shown = cli("inspect", "r", "--json").json()
-    unknown = {e["result_id"] for e in shown["executions"] if e["state"] == "unknown"}
+    unknown = {e["id"] for e in shown["executions"] if e["state"] == "unknown"}
     assert len(unknown) == len(cut)  # a cut call is an unknown on the record, never lost
     assert cli("verify", str(cli.runs)).code == 0
 

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from support import forking
 from cli_helpers import Cli, console_script
 
 pytest.importorskip("openai")
@@ -101,5 +102,5 @@ def test_exit_code_5_is_documented_in_the_help_of_run_and_resume() -> None:
     import subprocess
 
     for command in ("run", "resume", "batch"):
-        text = subprocess.run([*console_script(), command, "--help"], capture_output=True, text=True).stdout
+        text = forking.run([*console_script(), command, "--help"], capture_output=True, text=True).stdout
         assert "5 " in text and "unavailable" in text, command

@@ -54,7 +54,9 @@ import orjson
 from polyloop import Intent, ModelCallResult, Resolution, Resumed, RunStarted, StepCompleted
 from polyloop.stores._jsonl import parse_log
 from polyloop.testing import logical
+from support import forking
 from support.cli import IN_PROCESS, polyloop_in_process
+from support.forking import Forked
 from support.sampling import sampled, selected  # noqa: F401 (the kill matrices import them from here)
 
 HERE = Path(__file__).resolve().parent
@@ -141,18 +143,13 @@ class World:
 
     # -- processes ---------------------------------------------------------------
 
-    def spawn(self, args: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen:
-        return subprocess.Popen(
-            args,
-            env={**self.env, **(env or {})},
-            cwd=self.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            **kw,
-        )
+    def spawn(self, args: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen | Forked:
+        """A real process (forked from the test zygote when it can be: `support.forking`)."""
+        how = dict(env={**self.env, **(env or {})}, cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True, **kw)
+        return forking.spawn(args, **how) or subprocess.Popen(args, **how)
 
-    def finish(self, proc: subprocess.Popen, args: list[str], started: float, timeout: float = 60) -> Proc:
+    def finish(self, proc: subprocess.Popen | Forked, args: list[str], started: float, timeout: float = 60) -> Proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from crashkit import sampled
 from support.cli import polyloop_in_process
+from support import forking
 
 CHILD = Path(__file__).with_name("approval_child.py")
 RUN = "gated"
@@ -51,7 +52,7 @@ class World:
         env = self.env()
         if self.kill is not None and (command, self.seen[command]) == self.kill[:2]:
             env["POLYLOOP_KILL_AT"] = self.kill[2]
-        done = subprocess.run([sys.executable, str(CHILD), command, str(self.runs), RUN, *args], env=env,
+        done = forking.run([sys.executable, str(CHILD), command, str(self.runs), RUN, *args], env=env,
                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert "Traceback" not in done.stderr, done.stderr
         if done.returncode == -signal.SIGKILL:

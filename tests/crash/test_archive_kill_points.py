@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import forking
 
 from polyloop import list_runs, verify_file, verify_logs
 
@@ -53,7 +54,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def child(world: Path, kill: int) -> tuple[int, list[str]]:
     ops = world / f"ops-{kill}"
-    proc = subprocess.run([sys.executable, str(CHILD), str(world / "runs"), str(world / "archive"), str(kill),
+    proc = forking.run([sys.executable, str(CHILD), str(world / "runs"), str(world / "archive"), str(kill),
                            str(ops), *RUNS], capture_output=True, text=True, timeout=120)
     return proc.returncode, ops.read_text().splitlines() if ops.exists() else []
 

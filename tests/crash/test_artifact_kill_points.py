@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import console_script, polyloop_in_process
+from support import forking
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "artifact_child.py"
@@ -39,14 +40,14 @@ def polyloop(*args: str) -> subprocess.CompletedProcess[str]:
     if args[0] in ("inspect", "verify"):  # reading: in this process (only the child is killed)
         done = polyloop_in_process(*args, env=env)
         return subprocess.CompletedProcess(list(args), done.code, done.stdout, done.stderr)
-    return subprocess.run([*console_script(), *args], capture_output=True, text=True, timeout=120, env=env,
+    return forking.run([*console_script(), *args], capture_output=True, text=True, timeout=120, env=env,
                           stdin=subprocess.DEVNULL)
 
 
 def child(directory: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("POLYLOOP_", "PYTEST_"))}
     full.update(env)
-    return subprocess.run([sys.executable, str(CHILD), str(directory), RUN], capture_output=True, text=True,
+    return forking.run([sys.executable, str(CHILD), str(directory), RUN], capture_output=True, text=True,
                           timeout=120, env=full, stdin=subprocess.DEVNULL)
 
 

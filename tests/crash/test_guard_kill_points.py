@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import console_script, polyloop_in_process
+from support import forking
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUN = "guarded"
@@ -41,7 +42,7 @@ class World:
             inproc = polyloop_in_process(*args, "--dir", "runs", cwd=self.root, env={**base, "BANK_DB": str(self.bank)})
             done = subprocess.CompletedProcess(list(args), inproc.code, inproc.stdout, inproc.stderr)
         else:  # run and resume: a real process, which TRANSFER_CRASH kills
-            done = subprocess.run([*console_script(), *args, "--dir", "runs"], cwd=self.root, capture_output=True,
+            done = forking.run([*console_script(), *args, "--dir", "runs"], cwd=self.root, capture_output=True,
                                   text=True, timeout=60, env={**base, "BANK_DB": str(self.bank), **env},
                                   stdin=subprocess.DEVNULL)
         self.stderr.append(done.stderr)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from support.cli import clean_env, polyloop_in_process
+from support import forking
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "loop_child.py"
@@ -51,7 +52,7 @@ class World:
 
     def child(self, kill_at: str = "") -> int:
         env = dict(self.env, POLYLOOP_KILL_AT=kill_at) if kill_at else self.env
-        proc = subprocess.run([sys.executable, str(CHILD), self.loop, RUN_ID, str(self.dir)], env=env,
+        proc = forking.run([sys.executable, str(CHILD), self.loop, RUN_ID, str(self.dir)], env=env,
                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert "Traceback" not in proc.stderr, proc.stderr
         return proc.returncode

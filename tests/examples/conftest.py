@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 from example_helpers import EXAMPLES, LEAKY, Runner, clean_env, console_script
 from support.cli import READING, polyloop_quick
+from support import forking
 
 
 @pytest.fixture(autouse=True)
@@ -31,15 +32,8 @@ def workdir(tmp_path: Path) -> Path:
 
 def _runner(workdir: Path, prefix: Callable[[str], list[str]]) -> Runner:
     def run(first: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*prefix(first), *args],
-            cwd=workdir,
-            env=clean_env(**(env or {})),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        return forking.run([*prefix(first), *args], cwd=workdir, env=clean_env(**(env or {})), timeout=timeout,
+                           stdin=subprocess.DEVNULL)
 
     return run
 

@@ -6,10 +6,11 @@ import subprocess
 from pathlib import Path
 
 from example_helpers import clean_env, console_script
+from support import forking
 
 
 def polyloop(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*console_script(), *args], cwd=workdir, env=clean_env(), capture_output=True, text=True,
+    return forking.run([*console_script(), *args], cwd=workdir, env=clean_env(), capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
 
 

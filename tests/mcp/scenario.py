@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from support import forking
 
 HERE = Path(__file__).resolve().parent
 TRACEBACK = "Traceback (most recent call last)"
@@ -43,7 +44,7 @@ class Scenario:
 
     def child(self, run_id: str, script: list[Any], kill_at: str = "none", **env: str) -> subprocess.CompletedProcess[str]:
         """The agent's run in its own process, on a store that SIGKILLs it at `kill_at`."""
-        return subprocess.run(
+        return forking.run(
             [sys.executable, str(HERE / "child.py"), str(self.runs), run_id, kill_at],
             env={**self.env, "MCP_SCRIPT": json.dumps(script), **env}, cwd=self.root,
             capture_output=True, text=True, timeout=120,

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import forking
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_nemesis_finds_no_violation():
     pytest.importorskip("pgserver") if os.environ.get("CI") != "true" else None
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nemesis.py"), "--ci"], capture_output=True,
+    done = forking.run([sys.executable, str(ROOT / "benchmarks" / "nemesis.py"), "--ci"], capture_output=True,
                           text=True, timeout=600, cwd=ROOT / "benchmarks")
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

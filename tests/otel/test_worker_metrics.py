@@ -45,6 +45,24 @@ def test_the_queue_depth_is_sampled_from_the_store_until_cancelled(sink) -> None
         await asyncio.gather(task, return_exceptions=True)
         return store
 
+    store = asyncio.run(main())
+    assert store.asked == 4  # once more as it was cancelled: the depth the worker leaves behind
+    [depth] = sink.points()["polyloop.queue.depth"]
+    assert depth.value == 28
+
+
+def test_a_worker_that_ends_before_the_first_look_has_finished_still_reports_the_depth(sink) -> None:
+    class Slow:
+        async def queued(self) -> int:
+            await asyncio.sleep(0.05)
+            return 3
+
+    async def main() -> None:
+        task = asyncio.create_task(WorkerMetrics(sink.meter_provider).sample(Slow()))
+        await asyncio.sleep(0.01)  # the first look is under way; the worker's run is already over
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
     asyncio.run(main())
     [depth] = sink.points()["polyloop.queue.depth"]
-    assert depth.value == 21
+    assert depth.value == 3

@@ -22,6 +22,7 @@ import pytest
 
 from polyloop import JsonlStore, NeedsOperatorError, inspect_run, resume_run, run_target
 from support.cli import clean_env, console_script
+from support import forking
 
 HERE = Path(__file__).resolve().parent
 TARGET = f"{HERE / 'console_agents.py'}:agent"
@@ -161,7 +162,7 @@ class Server:
 def crash_run(runs: Path, run_id: str, to: str) -> None:
     """`polyloop run` of the console agent sending to `to`, SIGKILLed right after the send: an unknown action."""
     goal = json.dumps({"tool": "send", "args": {"to": to, "text": "hello"}})
-    proc = subprocess.run([*console_script(), "run", TARGET, "--run-id", run_id, "--goal", goal, "--dir", str(runs)],
+    proc = forking.run([*console_script(), "run", TARGET, "--run-id", run_id, "--goal", goal, "--dir", str(runs)],
                           env=clean_env(CONSOLE_CRASH="1", CONSOLE_LEDGER=str(runs.parent / "ledger.txt")),
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == -signal.SIGKILL, proc

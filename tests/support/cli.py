@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import forking
+
 # What the developer's shell may set that a `polyloop` process reads (or that changes how it prints).
 LEAKY = ("POLYLOOP_", "FORCE_COLOR", "PYTEST_", "OTEL_")
 
@@ -50,9 +52,10 @@ class Done:
 
 def polyloop(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
              timeout: float = 60) -> Done:
-    """`polyloop ARGS...` in `cwd` with `env` (default: a clean one), stdin closed."""
-    proc = subprocess.run([*console_script(), *args], cwd=cwd, env=clean_env() if env is None else env,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    """`polyloop ARGS...` in `cwd` with `env` (default: a clean one), stdin closed: a real process,
+    forked from one that has already imported the CLI (`support.forking`)."""
+    proc = forking.run([*console_script(), *args], cwd=cwd, env=clean_env() if env is None else env,
+                       timeout=timeout, stdin=subprocess.DEVNULL)
     return Done(proc.returncode, proc.stdout, proc.stderr)
 
 

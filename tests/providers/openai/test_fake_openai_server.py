@@ -12,6 +12,7 @@ import pytest
 
 from polyloop.testing import FakeOpenAIServer, FakeResponse
 from support import ROOT
+from support import forking
 
 
 def _post(server: FakeOpenAIServer, body: Any, key: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -116,12 +117,11 @@ def test_script_lines_read_like_scripted_model_outputs() -> None:
 
 @pytest.mark.parametrize(("api", "variable"), [("openai", "OPENAI_BASE_URL"), ("anthropic", "ANTHROPIC_BASE_URL")])
 def test_the_server_command_lives_outside_the_package_and_prints_its_environment(api: str, variable: str) -> None:
-    import subprocess
     import sys
     from pathlib import Path
 
     tool = ROOT / "tools" / "fake_model_server.py"
-    done = subprocess.run(
+    done = forking.run(
         [sys.executable, str(tool), "--api", api, "--final", "hi", "--lifetime", "0.5"],
         capture_output=True, text=True, timeout=60,
     )

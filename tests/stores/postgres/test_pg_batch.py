@@ -30,6 +30,7 @@ from polyloop import inspect_run, mark_resolved
 from polyloop.stores import PostgresStore
 from support.cli import Done, console_script
 from support import TESTS
+from support import forking
 
 AGENTS = TESTS / "fleet" / "batch" / "agents.py"
 LINES = 12
@@ -121,7 +122,7 @@ def _check_oracle(world: World, doc: dict, run_ids: list[str]) -> None:
     with psycopg.connect(world.url, autocommit=True) as conn:
         for run_id in run_ids:
             check_invariants(conn, run_id)
-    verified = subprocess.run([*console_script(), "verify", "--store", world.url, "--json"], capture_output=True,
+    verified = forking.run([*console_script(), "verify", "--store", world.url, "--json"], capture_output=True,
                               text=True, timeout=60, env=world.env())
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert json.loads(verified.stdout)["summary"]["corrupt"] == 0
@@ -172,7 +173,7 @@ def test_rerun_is_resume_and_a_changed_goal_is_reported_as_on_a_directory(own_db
     world = World(tmp_path, own_db)
     goals = world.goals(["goal 1", "goal 2", "goal 3"])
     on_db = world.batch("quick", goals, "--json")
-    on_dir = subprocess.run(
+    on_dir = forking.run(
         [*console_script(), "batch", f"{AGENTS}:quick", str(goals), "--dir", str(tmp_path / "runs"),
          "--processes", "1", "--json"],
         cwd=tmp_path, env=world.env(), capture_output=True, text=True, timeout=120,
@@ -228,14 +229,14 @@ def test_a_bad_or_unreachable_store_gives_the_error_every_command_gives(tmp_path
     world = World(tmp_path, "postgresql://nobody:secret@127.0.0.1:1/nothing")
     goals = world.goals(["goal 1"])
     done = world.batch("quick", goals, timeout=60)
-    inspected = subprocess.run([*console_script(), "inspect", "x", "--store", world.url], capture_output=True,
+    inspected = forking.run([*console_script(), "inspect", "x", "--store", world.url], capture_output=True,
                                text=True, timeout=60, env=world.env())
     assert done.code == inspected.returncode == 1, done
     assert done.stderr.splitlines() == inspected.stderr.splitlines() and len(done.stderr.splitlines()) == 1
     assert "secret" not in done.stderr
     bad = World(tmp_path, "postgresql://bad url").batch("quick", goals, "--json", timeout=60)
     assert bad.code == 1 and bad.json()["error"]["type"] == "StoreError", bad
-    lease_on_dir = subprocess.run(
+    lease_on_dir = forking.run(
         [*console_script(), "batch", f"{AGENTS}:quick", str(goals), "--dir", str(tmp_path / "runs"), "--lease", "2"],
         capture_output=True, text=True, timeout=60, env=world.env(),
     )
