@@ -363,6 +363,9 @@ class Trace:
             error = N.ERROR_UNAVAILABLE if r.transient else N.ERROR_MODEL
         else:
             self.model_of_step[e.step] = r.result_id
+            answered = r.output.get("model")  # log format 1.4: the model the provider named
+            if isinstance(answered, str) and answered:
+                span.attributes[N.RESPONSE_MODEL] = answered
             if self.content:
                 span.attributes[N.OUTPUT_MESSAGES] = output_messages(r.output)
         self._close(span, at, error, out)
