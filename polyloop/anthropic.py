@@ -55,7 +55,7 @@ class AnthropicModel(HostedModel):
     `system` prompt) and the tool specs, and returns every `tool_use` block
     of the answer as a tool call, or its text as the final answer, with the
     usage the API reports (cache reads and writes included) and the
-    answer's `stop_reason` (kept in the log's `model_call_result.output`).
+    answer's `stop_reason` and `model` (kept in the log's `model_call_result.output`).
 
     Args:
         model: the model name; default `$POLYLOOP_MODEL`, else `$ANTHROPIC_MODEL`.
@@ -149,7 +149,8 @@ class AnthropicModel(HostedModel):
             (with the answer's text beside them), or, without one, the text
             as the final answer; with usage (`input_tokens`,
             `output_tokens`, and `cache_read_input_tokens` /
-            `cache_creation_input_tokens` when reported) and `stop_reason`.
+            `cache_creation_input_tokens` when reported), `stop_reason` and
+            the answering `model`.
 
         Raises:
             TransientModelError: rate limited (429), overloaded (529),
@@ -219,7 +220,8 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
     out, but when given it holds both counts (the cache counts are
     optional). Blocks of other types (thinking, server tools) are not
     decisions the loop acts on and are skipped. The bounds are
-    `polyloop._run.answer`'s.
+    `polyloop._run.answer`'s. The answer's `model` and `stop_reason` are
+    kept (the log's `model_call_result.output.model` and `.stop_reason`).
     """
     fields = Fields()
     usage = fields.object(answer, "usage", "usage", required=False)
@@ -234,7 +236,7 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
                 usage, "cache_creation_input_tokens", "usage.cache_creation_input_tokens", required=False
             ),
         )
-    fields.name(answer, "model", "model")
+    model = fields.name(answer, "model", "model")
     stop = fields.name(answer, "stop_reason", "stop_reason", nullable=True)
     texts: list[str] = []
     calls: list[ToolCall] = []
@@ -254,5 +256,5 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
             calls.append(ToolCall(name, args))
     text = "".join(texts)
     if calls:
-        return ModelOutput(text=text or None, tool_calls=calls, usage=fields.usage, stop_reason=stop)
-    return ModelOutput(text=text, usage=fields.usage, stop_reason=stop)
+        return ModelOutput(text=text or None, tool_calls=calls, usage=fields.usage, stop_reason=stop, model=model)
+    return ModelOutput(text=text, usage=fields.usage, stop_reason=stop, model=model)

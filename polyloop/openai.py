@@ -130,7 +130,8 @@ class OpenAIModel(HostedModel):
             Every function tool call of the answer, in order (with any text
             beside them), or, when there is no tool call, the text as the
             final answer; with usage (`prompt_tokens` → input,
-            `completion_tokens` → output) when the server reports it.
+            `completion_tokens` → output) when the server reports it, and
+            the answering `model`.
 
         Raises:
             TransientModelError: rate limited (429), timed out, could not
@@ -213,6 +214,8 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
     `id`, `function.name` and `function.arguments` (a JSON object in a
     string; empty means no arguments). `usage` may be left out, but when
     given it holds both counts. The bounds are `polyloop._run.answer`'s.
+    The answer's `model` is kept (`ModelOutput.model`: the log's
+    `model_call_result.output.model`).
     """
     fields = Fields()
     usage = fields.object(answer, "usage", "usage", required=False)
@@ -221,7 +224,7 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
             input_tokens=fields.count(usage, "prompt_tokens", "usage.prompt_tokens"),
             output_tokens=fields.count(usage, "completion_tokens", "usage.completion_tokens"),
         )
-    fields.name(answer, "model", "model")
+    model = fields.name(answer, "model", "model")
     choices = fields.items(answer, "choices", "choices")
     if not choices:
         raise fields.fail("choices", "is empty", choices)
@@ -238,8 +241,8 @@ def _model_output(answer: dict[str, Any]) -> ModelOutput:
     text = content or refusal
     function_calls = tuple(call for call in calls if call is not None)
     if function_calls:
-        return ModelOutput(text=text or None, tool_calls=function_calls, usage=fields.usage)
-    return ModelOutput(text=text or "", usage=fields.usage)
+        return ModelOutput(text=text or None, tool_calls=function_calls, usage=fields.usage, model=model)
+    return ModelOutput(text=text or "", usage=fields.usage, model=model)
 
 
 def _tool_call(fields: Fields, call: Any, at: str) -> ToolCall | None:

@@ -29,15 +29,22 @@ from contextvars import ContextVar
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai.exceptions import ModelRetry
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
-from pydantic_ai.models import ModelRequestParameters, infer_model
-from pydantic_ai.models.wrapper import WrapperModel
-from pydantic_ai.settings import ModelSettings
-from pydantic_ai.tools import RunContext
-from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
-from pydantic_ai.toolsets.abstract import ToolsetTool
+
+try:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.exceptions import ModelRetry
+    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.models import ModelRequestParameters, infer_model
+    from pydantic_ai.models.wrapper import WrapperModel
+    from pydantic_ai.settings import ModelSettings
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
+    from pydantic_ai.toolsets.abstract import ToolsetTool
+except ModuleNotFoundError as exc:  # the extra is not installed: say which one, not which module
+    if not (exc.name or "").startswith("pydantic_ai"):
+        raise
+    raise ImportError("polyloop.pydantic_ai needs Pydantic AI, an optional extra of polyloop: "
+                      "pip install 'polyloop[pydantic-ai]'", name=exc.name) from exc
 
 from ._log.model_port import Usage
 from ._log.store_port import Store

@@ -361,6 +361,9 @@ def _check_model_call_result(v: dict[str, Any]) -> None:
             raise RecordError("model_call_result.output.text must be a string")
         if call is not None and not _is_tool_call(call):
             raise RecordError("model_call_result.output.tool_call needs a name and args")
+        model = out.get("model")
+        if model is not None and not (isinstance(model, str) and model):
+            raise RecordError("model_call_result.output.model must be a non-empty string")
         calls = out.get("tool_calls")
         if calls is not None and not (
             isinstance(calls, list)

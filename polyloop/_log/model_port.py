@@ -172,6 +172,12 @@ class ModelOutput:
         stop_reason: why the model stopped, as the provider says it
             (`"tool_use"`, `"end_turn"`, `"max_tokens"`, ...), when the
             adapter records it; None otherwise.
+        model: the model that answered, as the provider names it in its
+            answer (OpenAI's and Anthropic's response `model`, which may be
+            more precise than the model asked for), when the adapter
+            records it; None otherwise. Nothing in a run or its recovery
+            reads it: it is reported (`gen_ai.response.model` of the
+            call's `chat` span), never replayed or compared.
 
     Attributes:
         tool_call: the first tool call, or None (a property).
@@ -184,6 +190,7 @@ class ModelOutput:
     tool_calls: tuple[ToolCall, ...]
     usage: Usage | None
     stop_reason: str | None
+    model: str | None
 
     def __init__(
         self,
@@ -193,6 +200,7 @@ class ModelOutput:
         *,
         tool_calls: Sequence[ToolCall] = (),
         stop_reason: str | None = None,
+        model: str | None = None,
     ) -> None:
         calls = tuple(tool_calls)
         if tool_call is not None:
@@ -203,6 +211,7 @@ class ModelOutput:
         object.__setattr__(self, "tool_calls", calls)
         object.__setattr__(self, "usage", usage)
         object.__setattr__(self, "stop_reason", stop_reason)
+        object.__setattr__(self, "model", model)
 
     @property
     def tool_call(self) -> ToolCall | None:
@@ -214,8 +223,9 @@ class ModelOutput:
 
         `{"text", "tool_call"}` (the first call or None); with two or more
         calls also `"tool_calls"` listing all of them; with a stop reason
-        also `"stop_reason"`. An output with at most one call and no stop
-        reason is written exactly as before tool calls could be several.
+        also `"stop_reason"`; with the answering model also `"model"` (log
+        format 1.4). An output with at most one call and neither is written
+        exactly as before tool calls could be several.
         """
         calls = self.tool_calls
         doc: dict[str, Any] = {"text": self.text, "tool_call": calls[0].to_json() if calls else None}
@@ -223,6 +233,8 @@ class ModelOutput:
             doc["tool_calls"] = [c.to_json() for c in calls]
         if self.stop_reason is not None:
             doc["stop_reason"] = self.stop_reason
+        if self.model is not None:
+            doc["model"] = self.model
         return doc
 
     @classmethod
@@ -236,6 +248,7 @@ class ModelOutput:
             tool_calls=tuple(ToolCall(c["name"], dict(c["args"])) for c in raw),
             usage=None if usage is None else Usage.from_json(usage),
             stop_reason=output.get("stop_reason"),
+            model=output.get("model"),
         )
 
 

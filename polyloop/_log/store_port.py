@@ -311,6 +311,19 @@ class ManyReadingStore(Protocol):
 
 
 @runtime_checkable
+class FencingStore(Protocol):
+    """A store whose holds are leases fenced by an epoch, as `PostgresStore`'s are.
+
+    `lease_epoch(run_id)` is the epoch of the lease this process holds on
+    the run right now (each takeover raises it; a write under a lower one
+    is refused), or None when it holds none. Read by the tracing extra
+    (`polyloop.lease.epoch` on the spans of the holder's share of the run).
+    """
+
+    def lease_epoch(self, run_id: str) -> int | None: ...
+
+
+@runtime_checkable
 class _Locks(Protocol):
     # `lock` alone: a store older than some record kinds still holds its runs.
     def lock(self, run_id: str) -> AbstractAsyncContextManager[Any]: ...
@@ -342,6 +355,8 @@ class Capabilities:
         batches: `batch_runs` (`BatchListingStore`): the store keeps batches.
         exporting: `export_and_delete` (`ExportingStore`): `archive` hands a
             run over and deletes it in one transaction.
+        fencing: `lease_epoch` (`FencingStore`): its holds are leases fenced
+            by an epoch.
     """
 
     writes: frozenset[type] = frozenset()
@@ -355,6 +370,7 @@ class Capabilities:
     cancelling: bool = False
     batches: bool = False
     exporting: bool = False
+    fencing: bool = False
 
 
 # The optional record kinds, each with the protocol of a store that writes it.
@@ -395,6 +411,7 @@ def capabilities_of(store: object) -> Capabilities:
         cancelling=isinstance(store, CancellingStore),
         batches=isinstance(store, BatchListingStore),
         exporting=isinstance(store, ExportingStore),
+        fencing=isinstance(store, FencingStore),
     )
 
 

@@ -141,12 +141,15 @@ class Trace:
         live: True for the observer of a running process: the records fed
             before `go_live` are history (they change state, nothing is
             reported), every later one is this process's.
+        lease_epoch: this process's lease on the run (PostgreSQL): on its own spans only.
     """
 
-    def __init__(self, run_id: str, *, content: bool = False, live: bool = False) -> None:
+    def __init__(self, run_id: str, *, content: bool = False, live: bool = False,
+                 lease_epoch: int | None = None) -> None:
         self.run_id = run_id
         self.content = content
         self.live = live
+        self.lease_epoch = lease_epoch
         self.reporting = not live  # a rebuild reports everything; the observer, once live
         self.trace_id: str | None = None
         self.spans: list[Span] = []
@@ -220,6 +223,7 @@ class Trace:
             N.OPERATION: N.INVOKE_AGENT, N.AGENT_NAME: self.agent, N.CONVERSATION_ID: self.run_id,
             N.RUN_ID: self.run_id, N.PROCESS: n, N.RESUMED: n > 0, **self._provider(),
         })
+        span.attributes.update(self._fenced(span.live))
         span.events.extend(self.pending)  # settlements since the last process: before what it finds
         self.pending = []
         if previous is not None:
@@ -289,6 +293,9 @@ class Trace:
         current.events.append(event)
         out.append(Change("event", current, event))
 
+    def _fenced(self, live: bool) -> dict[str, Any]:
+        return {N.LEASE_EPOCH: self.lease_epoch} if live and self.lease_epoch is not None else {}
+
     def _provider(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
         kind = self.model.get("type")
@@ -337,6 +344,7 @@ class Trace:
             name, kind = f"{N.EXECUTE_TOOL} {r.tool}", "internal"
         if r.call is not None:
             attrs[N.CALL] = r.call
+        attrs.update(self._fenced(parent.live))
         if replay:
             attrs[N.REPLAY] = True
             out.append(Change("metric", metric=N.M_REPLAYS, amount=1, attributes={N.OPERATION: attrs[N.OPERATION]}))
@@ -363,6 +371,9 @@ class Trace:
             error = N.ERROR_UNAVAILABLE if r.transient else N.ERROR_MODEL
         else:
             self.model_of_step[e.step] = r.result_id
+            answered = r.output.get("model")  # log format 1.4: the model the provider named
+            if isinstance(answered, str) and answered:
+                span.attributes[N.RESPONSE_MODEL] = answered
             if self.content:
                 span.attributes[N.OUTPUT_MESSAGES] = output_messages(r.output)
         self._close(span, at, error, out)
@@ -468,20 +479,11 @@ def _sha(text: str) -> str:
 
 
 _HANDLERS: dict[type, Any] = {
-    RunStarted: Trace._started,
-    Resumed: Trace._resumed,
-    Intent: Trace._intent,
-    ModelCallResult: Trace._model_result,
-    StepCompleted: Trace._step,
-    ActionResult: Trace._action_result,
-    GuardCheck: Trace._guard,
-    Resolution: Trace._resolution,
-    ApprovalRequest: Trace._request,
-    Decision: Trace._decision,
-    CheckpointAccepted: Trace._accepted,
-    CrashLoopAccepted: Trace._accepted,
-    RunFinished: Trace._finished,
-    RunStopped: Trace._stopped,
+    RunStarted: Trace._started, Resumed: Trace._resumed, Intent: Trace._intent,
+    ModelCallResult: Trace._model_result, StepCompleted: Trace._step, ActionResult: Trace._action_result,
+    GuardCheck: Trace._guard, Resolution: Trace._resolution, ApprovalRequest: Trace._request,
+    Decision: Trace._decision, CheckpointAccepted: Trace._accepted, CrashLoopAccepted: Trace._accepted,
+    RunFinished: Trace._finished, RunStopped: Trace._stopped,
 }
 
 

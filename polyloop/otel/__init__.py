@@ -22,9 +22,16 @@ from typing import Any
 
 from .._trace.content import capture_from_env
 from .._trace.spans import Span, Trace, rebuild
-from ._export import export, readable_spans
-from ._observe import Telemetry, TracedStore
-from ._setup import WorkerMetrics, enabled_by_env, providers_from_env
+
+try:
+    from ._export import export, readable_spans
+    from ._observe import Telemetry, TracedStore
+    from ._setup import WorkerMetrics, enabled_by_env, providers_from_env
+except ModuleNotFoundError as exc:  # the extra is not installed: say which one, not which module
+    if not (exc.name or "").startswith("opentelemetry"):
+        raise
+    raise ImportError("polyloop.otel needs OpenTelemetry, an optional extra of polyloop: "
+                      "pip install 'polyloop[otel]'", name=exc.name) from exc
 
 __all__ = [
     "Span",

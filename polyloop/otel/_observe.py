@@ -191,7 +191,8 @@ class TracedStore:
     async def _seen(self, run_id: str, record: Record) -> Record:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = Trace(run_id, content=self._telemetry.content, live=True)
+            epoch = self._inner.lease_epoch(run_id) if self.capabilities.fencing else None
+            run = self._runs[run_id] = Trace(run_id, content=self._telemetry.content, live=True, lease_epoch=epoch)
             if not isinstance(record, RunStarted):
                 for old in await self._inner.read_log(run_id):
                     run.feed(old)

@@ -64,6 +64,7 @@ class Claims:
     lease: float
     _clock: LeaseClock
     _conn: Callable[..., Any]
+    _leases: dict[str, Lease]
 
     async def holder(self, run_id: str) -> str | None:
         """Who holds a live lease on the run right now, or None.
@@ -149,6 +150,11 @@ class Claims:
         lease = await self.claim(run_id)
         async with lease:
             yield
+
+    def lease_epoch(self, run_id: str) -> int | None:
+        """The epoch of the lease this store holds on the run now (`FencingStore`), or None."""
+        lease = self._leases.get(run_id)
+        return None if lease is None else lease.epoch
 
     async def _renew(self, lease: Lease) -> bool:
         async with self._conn(lease.run_id) as conn:

@@ -293,6 +293,9 @@ class _LeasedStore:
     def __repr__(self) -> str:
         return f"{self._store!r} holding {self._lease.run_id!r} at epoch {self._lease.epoch}"
 
+    def lease_epoch(self, run_id: str) -> int | None:
+        return self._lease.epoch if run_id == self._lease.run_id else None
+
     @contextlib.asynccontextmanager
     async def lock(self, run_id: str) -> AsyncIterator[None]:
         if run_id != self._lease.run_id:

@@ -89,7 +89,7 @@ class PostgresStore(RecordWrites, Claims, Queue, Operations, Products, Transfers
 
     capabilities = Capabilities(
         writes=EVERY_WRITE, batching=True, locking=True, probing=True, holding=True, parsing=True,
-        reads_many=True, cancelling=True, batches=True, exporting=True, artifacts=True,
+        reads_many=True, cancelling=True, batches=True, exporting=True, artifacts=True, fencing=True,
     )
 
     def __init__(

@@ -26,6 +26,7 @@ SAMPLES = [
            replay="safe", idempotency_key="pl-k"),
     ModelCallResult(result_id="s1-m1", output={"text": "t", "tool_call": None}, usage={"input_tokens": 1, "output_tokens": 2}),
     ModelCallResult(result_id="s1-m2", output=None, error="RateLimitError: slow down"),
+    ModelCallResult(result_id="s2-m1", output={"text": "t", "tool_call": None, "model": "gpt-4o-2024-08-06"}),
     StepCompleted(step=1, result_id="s1-a2", observation="ok", is_error=False),
     StepCompleted(step=2, result_id=None, observation=None),
     RunFinished(reason="final_answer", result="done", steps=2),
@@ -141,3 +142,12 @@ def test_pausing_the_collector_nests_and_restores_its_state():
         assert not gc.isenabled()  # it was off before: it stays off
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("model", [3, "", ["gpt"], {"name": "gpt"}, True])
+def test_the_answering_model_of_an_output_is_a_non_empty_string_when_there(model):
+    obj = orjson.loads(encode(SAMPLES[3]))
+    assert "model" not in obj["output"]  # optional (1.4): a log without it reads as before
+    obj["output"]["model"] = model
+    with pytest.raises(RecordError, match="output.model"):
+        decode(obj)

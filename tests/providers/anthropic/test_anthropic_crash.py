@@ -119,5 +119,6 @@ async def test_sigkill_while_the_model_answers_then_polyloop_resume_asks_again(t
         "text": "asked again",
         "tool_call": None,
         "stop_reason": "end_turn",
+        "model": "fake-model",
     }
     assert [r.step for r in records if isinstance(r, StepCompleted)] == [1]

@@ -106,6 +106,7 @@ async def test_several_tool_uses_text_usage_and_stop_reason_are_read() -> None:
         tool_calls=(ToolCall("search", {"query": "x"}), ToolCall("move", {"src": "a", "dst": "b"})),
         usage=Usage(120, 30, cache_read_input_tokens=1000, cache_creation_input_tokens=24),
         stop_reason="tool_use",
+        model="fake-model",  # the model the answer names (the fake answers with the one asked for)
     )
     assert out.to_json()["stop_reason"] == "tool_use" and len(out.to_json()["tool_calls"]) == 2
 
@@ -115,7 +116,7 @@ async def test_a_final_answer_keeps_its_stop_reason() -> None:
     with FakeAnthropicServer(script) as server:
         done = await _model(server).complete(HISTORY[:2], [])
         cut = await _model(server).complete(HISTORY[:2], [])
-    assert done == ModelOutput(text="All done.", usage=Usage(50, 3), stop_reason="end_turn")
+    assert done == ModelOutput(text="All done.", usage=Usage(50, 3), stop_reason="end_turn", model="fake-model")
     assert (cut.text, cut.stop_reason) == ("Cut", "max_tokens")
     assert "tools" not in server.message_requests[0].body
 

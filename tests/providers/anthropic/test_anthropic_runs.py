@@ -50,6 +50,7 @@ async def test_a_run_records_decisions_stop_reasons_and_the_conversation(tmp_pat
         "text": "Let me look.",
         "tool_call": {"name": "tide", "args": {"port": "Bergen"}},
         "stop_reason": "tool_use",
+        "model": "claude-fake",  # the model the answer names (log format 1.4)
     }
     assert results["s1-m1"].usage is not None and results["s1-m1"].usage["input_tokens"] == 310
     assert results["s2-m1"].output["stop_reason"] == "end_turn"  # type: ignore[index]
@@ -83,7 +84,7 @@ async def test_a_transient_error_is_a_visible_failed_attempt_then_a_new_one(tmp_
     assert intents == ["s1-m1", "s1-m2"]
     results = await _results(store, "r")
     assert results["s1-m1"].output is None and words in (results["s1-m1"].error or "")
-    assert results["s1-m2"].output == {"text": "done", "tool_call": None, "stop_reason": "end_turn"}
+    assert results["s1-m2"].output == {"text": "done", "tool_call": None, "stop_reason": "end_turn", "model": "claude-fake"}
     first, second = server.message_requests
     assert first.body == second.body
     assert [r.headers.get("x-stainless-retry-count", "0") for r in (first, second)] == ["0", "0"]

@@ -8,6 +8,7 @@ reported.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import math
 from pathlib import Path
@@ -213,7 +214,19 @@ ALLOWED = [
     "no-content",
 ])
 async def test_what_the_apis_allow_is_read(provider: Provider, reply: FakeResponse, expected: ModelOutput) -> None:
-    assert await _complete(provider, reply) == expected
+    got = await _complete(provider, reply)
+    assert got.model == "fake-model"  # the answer's `model` (the fakes answer with the model asked for)
+    assert got == dataclasses.replace(expected, model="fake-model")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=str)
+async def test_the_model_that_answered_is_kept_as_the_answer_names_it(provider: Provider) -> None:
+    # A provider answers with the precise model it ran (an alias resolved to a dated version).
+    got = await _complete(provider, provider.full.edit("model", "fake-model-2026-12-01"))
+    assert got.model == "fake-model-2026-12-01"
+    assert got.to_json()["model"] == "fake-model-2026-12-01"
+    assert got.usage is not None
+    assert ModelOutput.from_json(got.to_json(), got.usage.to_json()) == got  # as a resume reads it back
 
 
 TEXT = "line\tone\nline two \x1b[31mred\x1b[0m \u202eevil\u202c \x00 " + "é" * 10_000

@@ -130,7 +130,8 @@ async def test_a_tool_call_is_read_with_text_and_usage() -> None:
     with FakeOpenAIServer(script) as server:
         out = await _model(server).complete(HISTORY[:2], SPECS)
     assert out == ModelOutput(
-        text="Renaming.", tool_call=ToolCall("rename", {"old": "a", "new": "b"}), usage=Usage(120, 17)
+        text="Renaming.", tool_call=ToolCall("rename", {"old": "a", "new": "b"}), usage=Usage(120, 17),
+        model="fake-model",  # the answer's `model` (the fake answers with the one asked for)
     )
 
 
@@ -138,7 +139,7 @@ async def test_a_tool_call_is_read_with_text_and_usage() -> None:
 async def test_a_final_answer_is_read_as_text() -> None:
     with FakeOpenAIServer([FakeResponse.final("All done.", usage=(50, 3))]) as server:
         out = await _model(server).complete(HISTORY[:2], SPECS)
-    assert out == ModelOutput(text="All done.", tool_call=None, usage=Usage(50, 3))
+    assert out == ModelOutput(text="All done.", tool_call=None, usage=Usage(50, 3), model="fake-model")
 
 
 @pytest.mark.asyncio

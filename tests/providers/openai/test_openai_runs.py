@@ -61,6 +61,7 @@ async def test_a_run_records_the_usage_the_server_reports(tmp_path: Path) -> Non
     assert results["s1-m1"].output == {
         "text": "Checking.",
         "tool_call": {"name": "lookup", "args": {"city": "Oslo"}},
+        "model": "fake-model",  # the model the answer names (log format 1.4)
     }
     assert results["s2-m1"].usage == {"input_tokens": 160, "output_tokens": 9}
     step1 = next(r for r in records if isinstance(r, StepCompleted) and r.step == 1)
@@ -96,7 +97,7 @@ async def test_a_transient_error_is_a_visible_failed_attempt_then_a_new_one(
     results = _model_results(records)
     assert results["s1-m1"].output is None
     assert results["s1-m1"].error.startswith("TransientModelError: ") and words in results["s1-m1"].error
-    assert results["s1-m2"].output == {"text": "done", "tool_call": None}
+    assert results["s1-m2"].output == {"text": "done", "tool_call": None, "model": "fake-model"}
     first, second = server.chat_requests
     assert first.body == second.body  # the retry asks exactly the same question
     assert first.headers.get("x-stainless-retry-count", "0") == "0"
@@ -125,7 +126,7 @@ async def test_a_timeout_is_retried_as_a_new_attempt(tmp_path: Path) -> None:
     assert result.text == "in time"
     results = _model_results(await _log(store, "r"))
     assert "timed out" in results["s1-m1"].error
-    assert results["s1-m2"].output == {"text": "in time", "tool_call": None}
+    assert results["s1-m2"].output == {"text": "in time", "tool_call": None, "model": "fake-model"}
     assert len(server.chat_requests) == 2
 
 

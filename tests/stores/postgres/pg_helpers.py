@@ -174,8 +174,9 @@ async def settle_parked(url: str, conn: psycopg.Connection, run_ids: list[str], 
                 continue
             # (inspect_run would do, but it probes `holder` synchronously today.)
             for e in classify(await store.read_log(run_id), run_id=run_id).blocking:
-                await mark_resolved(store, run_id, e.result_id, executed=e.result_id in executed,
-                                    observation="settled by the test", reason="test")
+                ran = e.result_id in executed  # an observation goes only with an executed action
+                await mark_resolved(store, run_id, e.result_id, executed=ran,
+                                    observation="settled by the test" if ran else None, reason="test")
                 settled += 1
     return settled
 
