@@ -127,7 +127,9 @@ def test_cancel_and_sigkill_at_random_moments_lose_nothing(cli: Cli, tmp_path: P
     assert len(cut) <= 1  # only the SIGKILL can cut a call, and only once
     shown = cli("inspect", "r", "--json").json()
     unknown = {e["id"] for e in shown["executions"] if e["state"] == "unknown"}
-    assert len(unknown) == len(cut)  # a cut call is an unknown on the record, never lost
+    # A cut call is an unknown on the record, never lost; so is a call that ended in the world just
+    # before the SIGKILL, its result not yet written. Either way, at most the one the SIGKILL hit.
+    assert len(unknown) <= 1 and len(unknown) >= len(cut)
     assert cli("verify", str(cli.runs)).code == 0
 
 
