@@ -30,7 +30,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-try:
+from ._extras import needs_extra
+from ._log.model_port import Usage
+from ._log.store_port import Store
+from ._run.result import RunResult
+from .durable import DurableRun, Reply, RunEnded, ToolPolicy, open_run
+
+with needs_extra("pydantic_ai", "pydantic-ai", "polyloop.pydantic_ai needs Pydantic AI"):
     from pydantic_ai import Agent as PydanticAgent
     from pydantic_ai.exceptions import ModelRetry
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
@@ -40,16 +46,6 @@ try:
     from pydantic_ai.tools import RunContext
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
-except ModuleNotFoundError as exc:  # the extra is not installed: say which one, not which module
-    if not (exc.name or "").startswith("pydantic_ai"):
-        raise
-    raise ImportError("polyloop.pydantic_ai needs Pydantic AI, an optional extra of polyloop: "
-                      "pip install 'polyloop[pydantic-ai]'", name=exc.name) from exc
-
-from ._log.model_port import Usage
-from ._log.store_port import Store
-from ._run.result import RunResult
-from .durable import DurableRun, Reply, RunEnded, ToolPolicy, open_run
 
 __all__ = ["PolyLoopAgent", "PolyLoopModel", "PolyLoopToolset"]
 

@@ -20,18 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._extras import needs_extra
 from .._trace.content import capture_from_env
 from .._trace.spans import Span, Trace, rebuild
 
-try:
+with needs_extra("opentelemetry", "otel", "polyloop.otel needs OpenTelemetry"):
     from ._export import export, readable_spans
     from ._observe import Telemetry, TracedStore
     from ._setup import WorkerMetrics, enabled_by_env, providers_from_env
-except ModuleNotFoundError as exc:  # the extra is not installed: say which one, not which module
-    if not (exc.name or "").startswith("opentelemetry"):
-        raise
-    raise ImportError("polyloop.otel needs OpenTelemetry, an optional extra of polyloop: "
-                      "pip install 'polyloop[otel]'", name=exc.name) from exc
 
 __all__ = [
     "Span",
