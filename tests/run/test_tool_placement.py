@@ -74,3 +74,59 @@ def test_inline_is_refused_for_an_async_tool() -> None:
 
     with pytest.raises(ValueError, match="inline=True is for plain `def` tools"):
         tool(inline=True)(fetch)
+
+
+# -- the fast check of plain scalar parameters gives what pydantic gives -------------------
+
+def _both(fn, args):
+    """(fast path's result or None, pydantic's result or the error text)."""
+    from polyloop._run.schema import BadArguments, Signature, _plain_values
+
+    sig = Signature(fn, {})
+    fast = _plain_values(sig.plain, args) if sig.plain is not None and type(args) is dict else None
+    sig.plain = None  # pydantic alone
+    try:
+        slow = sig.validate(args)
+    except BadArguments as exc:
+        slow = str(exc)
+    return fast, slow
+
+
+def _optional(a: str, note: str | None = None) -> None:
+    """An optional parameter: pydantic's way."""
+
+
+def _plain(a: str, n: int = 3, x: float = 0.5, flag: bool = False) -> None:
+    """Plain scalars only."""
+
+
+@pytest.mark.parametrize(
+    ("args", "fast_answers"),
+    [
+        ({"a": "q"}, True), ({"a": "q", "n": 5, "x": 1.5, "flag": True}, True), ({"a": "\udcff"}, True),
+        ({"a": "q", "n": 5.0}, False), ({"a": "q", "n": True}, False), ({"a": "q", "x": 2}, False),
+        ({"a": 1}, False), ({}, False), ({"a": "q", "zz": 1}, False), ({"a": "q", "flag": 1}, False),
+    ],
+)
+def test_the_fast_check_agrees_with_pydantic(args, fast_answers) -> None:
+    fast, slow = _both(_plain, args)
+    assert (fast is not None) is fast_answers
+    if fast is not None:  # exactly what pydantic gives, defaults filled in
+        assert slow == ([], fast), (args, fast, slow)
+
+
+def test_only_signatures_of_plain_scalars_take_the_fast_check() -> None:
+    from typing import Annotated
+
+    from pydantic import Field
+
+    from polyloop._run.schema import Signature
+
+    def bounded(a: Annotated[int, Field(ge=0)]) -> None: ...
+    def listed(a: list[int]) -> None: ...
+    def extra(a: str, **rest: int) -> None: ...
+    def mutable_default(a: str, b: int = 1, c: float = 0.0) -> None: ...
+
+    assert Signature(_plain, {}).plain is not None and Signature(mutable_default, {}).plain is not None
+    for fn in (bounded, listed, extra, _optional):
+        assert Signature(fn, {}).plain is None, fn
