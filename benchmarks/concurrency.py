@@ -28,10 +28,11 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def _level(directory: str, runs: int, steps: int, rep: int) -> tuple[float, list[float]]:
+async def _level(directory: str, runs: int, steps: int, rep: int, kind: str) -> tuple[float, list[float]]:
     from polyloop import Agent, JsonlStore, ScriptedModel
+    from polyloop.testing import MemoryStore
 
-    store = JsonlStore(directory)
+    store = JsonlStore(directory) if kind == "jsonl" else MemoryStore()
     tool = lookup_tool()
     probes = [Probe(ScriptedModel(scripted_outputs(steps))) for _ in range(runs)]
 
@@ -46,7 +47,7 @@ async def _level(directory: str, runs: int, steps: int, rep: int) -> tuple[float
     return runs * steps / elapsed, [t for p in probes for t in p.step_times()]
 
 
-def child(directory: str, runs: int, steps: int, reps: int) -> dict[str, float]:
+def child(directory: str, runs: int, steps: int, reps: int, kind: str = "jsonl") -> dict[str, float]:
     """One level in this process: steps/s (median of reps), median step latency, memory."""
     import polyloop  # noqa: F401  (imports count in the baseline, not in the runs)
     from polyloop import Agent, ScriptedModel
@@ -59,7 +60,7 @@ def child(directory: str, runs: int, steps: int, reps: int) -> dict[str, float]:
     baseline = _rss()
     rates, latencies = [], []
     for rep in range(reps):
-        rate, lat = asyncio.run(_level(directory, runs, steps, rep))
+        rate, lat = asyncio.run(_level(directory, runs, steps, rep, kind))
         rates.append(rate)
         latencies += lat
     return {
@@ -75,13 +76,12 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     reps = 1 if quick else 3
     rounds = 1 if quick else 2
     results: dict[int, list[dict[str, float]]] = {n: [] for n in LEVELS}
+    in_memory: list[dict[str, float]] = []  # the top level again on MemoryStore, next to its JSONL runs
     for r in range(rounds):
         for n in LEVELS if r % 2 == 0 else reversed(LEVELS):
-            directory = tempfile.mkdtemp(prefix=f"many-{n}-", dir=workdir)
-            cmd = [sys.executable, "-m", "benchmarks.concurrency", directory, str(n), str(steps), str(reps)]
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root, timeout=600)
-            results[n].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            for kind in ("jsonl", "memory") if n == LEVELS[-1] else ("jsonl",):
+                out = _run_level(workdir, n, steps, reps, kind)
+                (results[n] if kind == "jsonl" else in_memory).append(out)
 
     section = Section(
         key="concurrency",
@@ -100,6 +100,17 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     section.targets.append(
         Target(f"{top} concurrent runs, steps/s / one run's", median(r["rate"] for r in results[top]) / one, 2.0, True)
     )
+    memory_rate = median(r["rate"] for r in in_memory)
+    top_rate = median(r["rate"] for r in results[top])
+    section.rows.append([f"{top:,}, `MemoryStore` (no disk)", f"{memory_rate:,.0f}", ratio(memory_rate / one),
+                         us(median(r["latency"] for r in in_memory)), size(max(r["peak"] for r in in_memory)),
+                         size(median((r["peak"] - r["baseline"]) / top for r in in_memory)) + " (its logs too)"])
+    section.targets.append(Target(f"{top} concurrent runs, JSONL steps/s / in-memory steps/s", top_rate / memory_rate,
+                                  0.6, True))
+    section.notes.append(
+        f"The last row runs the {top} runs on `MemoryStore` in a fresh process right after each of their JSONL "
+        "levels: JSONL / in-memory throughput is how much of the loop's speed the disk leaves."
+    )
     section.notes.append(
         f"Every run: {steps} steps of the shared workload, all on one `JsonlStore` directory; "
         f"steps/s is the median of {reps * rounds} repetitions per level, each level in a fresh "
@@ -110,7 +121,14 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     return [section]
 
 
+def _run_level(workdir: str, n: int, steps: int, reps: int, kind: str) -> dict[str, float]:
+    directory = tempfile.mkdtemp(prefix=f"many-{n}-{kind}-", dir=workdir)
+    cmd = [sys.executable, "-m", "benchmarks.concurrency", directory, str(n), str(steps), str(reps), kind]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root, timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
 
 if __name__ == "__main__":
     directory, runs, steps, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    print(json.dumps(child(directory, runs, steps, reps)))
+    print(json.dumps(child(directory, runs, steps, reps, sys.argv[5] if len(sys.argv) > 5 else "jsonl")))

@@ -30,13 +30,14 @@ if str(ROOT) not in sys.path:
 
 from benchmarks._common import Section, filesystem, machine  # noqa: E402
 
-FIGURES = ("steps", "peers", "read", "concurrency")
+FIGURES = ("steps", "peers", "read", "concurrency", "loop")
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
 
 
 def _figure(name: str, workdir: str, quick: bool) -> list[Section]:
-    modules = {"steps": "steps", "peers": "peers", "read": "readside", "concurrency": "concurrency"}
+    modules = {"steps": "steps", "peers": "peers", "read": "readside", "concurrency": "concurrency",
+               "loop": "loopcpu"}
     if name not in modules:
         raise SystemExit(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     module = importlib.import_module(f"benchmarks.{modules[name]}")

@@ -53,11 +53,14 @@ def test_quick_run_prints_every_figure_and_the_targets(tmp_path):
         "### 3. The peers on the same work",
         "### 4. Read side",
         "### 5. Many runs at once",
+        "### 6. The loop's own CPU, resume against verify, and a long run's memory",
         "### Targets",
     ):
         assert title in out, out
     assert "Skipped: the peers are not installed" in out
     assert "| 10 |" in out  # a history-length row of figure 1
+    assert "| 256, `MemoryStore` (no disk) |" in out  # figure 5's in-memory row, next to its JSONL level
+    assert "in-memory step, plain `def` tool" in out and "`resume` of a" in out, out
     assert "not judged (--quick)" in out
     assert list(tmp_path.iterdir()) == []  # the benchmark cleans up after itself
 

@@ -263,7 +263,7 @@ class Artifacts:
         self._run = run  # the run (a `RunPort`; None: a context built by hand, without a run)
         self._result_id = result_id
         self._loop = asyncio.get_running_loop() if run is not None else None
-        self._lock = asyncio.Lock() if run is not None else None
+        self._lock: asyncio.Lock | None = None  # made by the first `awrite` (most actions write none)
 
     def __repr__(self) -> str:
         return f"<Artifacts of {self._result_id}>" if self._run is not None else "NO_ARTIFACTS"
@@ -314,7 +314,8 @@ class Artifacts:
             raise StoreError(f"cannot store product {name!r}: {_lacks(store)}", run_id=run.run_id)
         digest = hashlib.sha256(content).hexdigest()
         path = artifact_path(run.run_id, name)
-        assert self._lock is not None
+        if self._lock is None:  # on the loop's thread, like every awrite: no race to make two
+            self._lock = asyncio.Lock()
         async with self._lock:  # one product write of this action at a time: records stay in order
             try:
                 await store.put_product(run.run_id, name, content)

@@ -28,14 +28,15 @@ async def invoke(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> tuple[st
     """Run a tool; its failure is data (an error observation), never a crash of the run.
 
     An async tool is cancelled with the run (its outcome is then unknown,
-    as after a crash). A synchronous tool runs in a thread that cancellation
-    cannot stop. When
+    as after a crash); so is a plain `def` tool declared `inline` (it runs on the
+    loop, and a cancellation can only come while it does not). A synchronous
+    tool runs in a thread that cancellation cannot stop. When
     the run is cancelled (Ctrl-C) meanwhile, this waits for the thread to end
     before letting the cancellation through, so the run's lock is never
     released while an action this process started may still be running; the
     outcome, known by then, is raised with `CancelledAfter` for the caller to record.
     """
-    if tool.is_async:
+    if tool.is_async or tool.inline:
         return await _call(tool, args, ctx)  # cancelled with the run, like any coroutine
     done = asyncio.ensure_future(_call(tool, args, ctx))
     cancelled = False

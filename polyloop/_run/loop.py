@@ -179,22 +179,31 @@ class _Run:
     async def write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
         # One write at a time, fed to the walker in the order the log holds them.
-        async with self._writing:
-            await self._write_one(record)
-
-    async def _write_one(self, record: Record) -> None:
-        writer = self._writers[type(record)]
-        if writer is None:
-            raise StoreError(
-                f"the store cannot write {record.TAG} records (log format 1.{_MINOR[record.TAG]}), which "
-                f"{_NEEDED_BY[record.TAG]} need: it lacks write_{record.TAG}", run_id=self.run_id,
-            )
-        await self._stored(writer(self.run_id, record), (record,))
-        if isinstance(record, StepCompleted):
-            if self.recheck_artifacts:
-                self.recheck_artifacts = False
-                await check_artifacts(self.store, self.walker, when=f"stops after step {record.step}")
-            self.walker.forget_done()
+        # (The lock is taken by hand, the store's write awaited here rather than in
+        # `_stored`: two coroutine frames fewer on each of a step's four writes.)
+        writing = self._writing
+        await writing.acquire()
+        try:
+            writer = self._writers[type(record)]
+            if writer is None:
+                raise StoreError(
+                    f"the store cannot write {record.TAG} records (log format 1.{_MINOR[record.TAG]}), which "
+                    f"{_NEEDED_BY[record.TAG]} need: it lacks write_{record.TAG}", run_id=self.run_id,
+                )
+            try:
+                await writer(self.run_id, record)
+            except PolyLoopError:
+                raise
+            except Exception as exc:
+                raise self._failed(exc) from exc
+            self._fed(record)
+            if type(record) is StepCompleted:
+                if self.recheck_artifacts:
+                    self.recheck_artifacts = False
+                    await check_artifacts(self.store, self.walker, when=f"stops after step {record.step}")
+                self.walker.forget_done()
+        finally:
+            writing.release()
 
     async def _stored(self, write: Any, records: Sequence[Record]) -> None:
         """Await a store write, then feed what it wrote to the walker (fail closed on both)."""
@@ -203,11 +212,17 @@ class _Run:
         except PolyLoopError:
             raise
         except Exception as exc:
-            raise StoreError(f"store failed to write run {self.run_id!r}: {exc}", run_id=self.run_id) from exc
+            raise self._failed(exc) from exc
         for record in records:
-            if not self.walker.feed(record):
-                problem = self.walker.problems[-1]
-                raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
+            self._fed(record)
+
+    def _failed(self, exc: Exception) -> StoreError:
+        return StoreError(f"store failed to write run {self.run_id!r}: {exc}", run_id=self.run_id)
+
+    def _fed(self, record: Record) -> None:
+        if not self.walker.feed(record):
+            problem = self.walker.problems[-1]
+            raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
     async def _call_model(self, planned: CallModel, history: _History) -> str | None:
         """Call the model for a step (polyloop._run.model_call); the error that ends the run, if any."""

@@ -42,6 +42,9 @@ class Tool:
     """
 
     origin: dict[str, Any] | None = None
+    # A plain `def` tool runs in a worker thread unless declared inline (then on the event loop,
+    # like an async tool): docs/performance.md prices the hand-off.
+    inline: bool = False
 
     def __init__(
         self,
@@ -54,6 +57,7 @@ class Tool:
         concurrent: bool = True,
         approval: Approval = None,
         max_failures: int | None = None,
+        inline: bool = False,
     ) -> None:
         if replay not in ("safe", "never"):
             raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
@@ -74,6 +78,9 @@ class Tool:
         self.description = description if description is not None else summary
         self.replay: Replay = replay
         self.is_async = inspect.iscoroutinefunction(fn)
+        if inline and self.is_async:
+            raise ValueError(f"tool {self.name!r}: inline=True is for plain `def` tools; an async tool runs on the loop")
+        self.inline = inline
         sig = Signature(fn, arg_docs)
         self._sig = sig
         self._checked: dict[int, tuple[Any, Any]] = {}
@@ -222,7 +229,7 @@ class Tool:
         return None
 
     async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        """Run the tool with `args`; sync functions run in a worker thread.
+        """Run the tool with `args`; sync functions run in a worker thread unless declared `inline`.
 
         The arguments are validated first and the function receives the
         validated values (nested pydantic models and dataclasses built,
@@ -247,6 +254,8 @@ class Tool:
             kwargs[self._sig.ctx_param] = ctx
         if self.is_async:
             return await self.fn(*call_args, **kwargs)
+        if self.inline:
+            return self.fn(*call_args, **kwargs)
         return await asyncio.to_thread(self.fn, *call_args, **kwargs)
 
 
@@ -298,6 +307,7 @@ def tool(
     concurrent: bool = True,
     approval: Approval = None,
     max_failures: int | None = None,
+    inline: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -312,6 +322,7 @@ def tool(
     concurrent: bool = True,
     approval: Approval = None,
     max_failures: int | None = None,
+    inline: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a function (sync or async) as a tool.
 
@@ -356,10 +367,18 @@ def tool(
             it in between), the run ends with reason `tool_failures` instead
             of letting the model loop. Default: the agent's
             `max_tool_failures`.
+        inline: a plain `def` tool only: run it on the event loop instead of
+            in a worker thread. For quick functions that never block (pure
+            computation, a dictionary lookup): it saves the thread hand-off,
+            most of a step's cost with such a tool. While it runs, every
+            other run and task on the same loop waits, and Ctrl-C is seen
+            only after it returns. Default False: a `def` tool runs in a
+            worker thread, so a slow or blocking one never stalls the loop.
+            An async tool always runs on the loop (`inline=True` is refused).
     """
     kw: dict[str, Any] = dict(
         replay=replay, name=name, description=description, irreversible=irreversible, concurrent=concurrent,
-        approval=approval, max_failures=max_failures,
+        approval=approval, max_failures=max_failures, inline=inline,
     )
     if fn is not None:
         return Tool(fn, **kw)

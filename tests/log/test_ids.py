@@ -42,3 +42,14 @@ def test_idempotency_keys_are_stable_and_distinct():
     assert k != idempotency_key("r", 2, "pay", {"a": 1, "b": 2})
     assert k != idempotency_key("r2", 1, "pay", {"a": 1, "b": 2})
     assert k.startswith("pl-")
+
+
+def test_a_key_asked_for_again_with_the_same_arguments_is_the_one_derived():
+    # The loop and its walker derive the same key from one dict: the second answer is
+    # remembered, and equals a fresh derivation from an equal dict, for every field.
+    args = {"amount": 5, "to": "acct-1"}
+    first = idempotency_key("r", 3, "pay", args, 2)
+    assert idempotency_key("r", 3, "pay", args, 2) == first == idempotency_key("r", 3, "pay", dict(args), 2)
+    for other in (("r", 4, "pay", args, 2), ("r", 3, "refund", args, 2), ("q", 3, "pay", args, 2),
+                  ("r", 3, "pay", args, None), ("r", 3, "pay", {"amount": 6, "to": "acct-1"}, 2)):
+        assert idempotency_key(*other) != first, other
