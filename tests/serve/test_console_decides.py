@@ -196,6 +196,16 @@ def test_a_run_started_before_the_runs_page_listens_still_moves_it(page: Any, se
     assert moved is True
 
 
+def test_a_runs_page_being_left_never_reloads_over_the_navigation(page: Any, server: Server, runs: Path) -> None:
+    for n in range(5):  # each time the runs page is out of date as the reader clicks away from it
+        page.goto(server.base)
+        start_run(runs, f"away-{n}", "pay", {"to": "acme", "amount": 1})
+        page.goto(f"{server.base}runs/away-{n}")
+        page.wait_for_timeout(300)
+        assert page.url == f"{server.base}runs/away-{n}"
+        assert page.locator("#req-s1-a1 form.approve").count() == 1
+
+
 @pytest.mark.slow
 def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
     orders = runs.parent / "orders.csv"
