@@ -15,8 +15,8 @@ ends it itself. See docs/how-to/operate-runs-day-to-day.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._log.cancel_port import CancelRequest
@@ -32,7 +32,7 @@ from .shapes import JSON_SCHEMA
 Outcome = Literal["cancelled", "requested", "already_finished"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CancelOutcome:
     """What `cancel` did.
 
@@ -117,8 +117,8 @@ async def cancel(
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         done = await _ended(store, run_id, who, why)
-        if done is not None:
-            return done
+        if done is not None:  # its holder may have ended it before this first look
+            return dataclasses.replace(done, holder=holder)
         if not wait or (deadline is not None and time.monotonic() >= deadline):
             return CancelOutcome(run_id=run_id, outcome="requested", by=who, why=why, holder=holder)
         await asyncio.sleep(poll)
@@ -155,9 +155,12 @@ async def _ended(store: Store, run_id: str, who: str, why: str) -> CancelOutcome
         return CancelOutcome(run_id=run_id, outcome=outcome, by=last.by or who, why=last.why or why,
                              reason=last.reason, steps=last.steps)
     try:
-        return await _end_now(store, run_id, who, why)
+        done = await _end_now(store, run_id, who, why)
     except RunActiveError:
         return None
+    if done.reason == "cancelled":  # its holder ended it between that read and this hold
+        return dataclasses.replace(done, outcome="cancelled")
+    return done
 
 
 async def _stored(write: Any, run_id: str) -> None:

@@ -48,8 +48,9 @@ def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
 def serve(path: str) -> tuple[dict[str, Any], list[int]]:
     """Fork a child per request; returns only in a child, with its request and descriptors."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(path + ".new")
     listener.listen(64)
+    os.rename(path + ".new", path)  # the path appears only once it listens: no refused first connect
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
