@@ -277,3 +277,68 @@ def run(argv: Sequence[str], *, timeout: float | None = None, capture_output: bo
         forked.communicate()
         raise
     return subprocess.CompletedProcess(list(argv), forked.wait(), out, err)
+
+
+# The `polyloop` a shell finds first on PATH (see `console_shim`): a Python without site-packages
+# (~15 ms to start) that hands its own argv, directory, environment and stdin/stdout/stderr to the
+# zygote, forwards the signals a shell or `timeout` sends it, and ends as the forked child ended.
+_SHIM = '''#!{python} -SE
+import json, os, signal, socket, struct, sys
+SOCKET, CONSOLE_SCRIPT, ZYGOTE_PYTHON_ENV, READ_AGAIN = {socket!r}, {console!r}, {python_env!r}, {read_again!r}
+env = dict(os.environ)
+names = {{k for k in (*env, *ZYGOTE_PYTHON_ENV) if k.startswith("PYTHON") and k not in READ_AGAIN}}
+if any(env.get(k) != ZYGOTE_PYTHON_ENV.get(k) for k in names):
+    os.execv(CONSOLE_SCRIPT, [CONSOLE_SCRIPT, *sys.argv[1:]])  # a Python started otherwise: start it
+request = {{"kind": "cli", "argv": [CONSOLE_SCRIPT, *sys.argv[1:]], "path0": CONSOLE_SCRIPT,
+            "cwd": os.getcwd(), "env": env, "new_session": False}}
+payload = json.dumps(request).encode()
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    conn.connect(SOCKET)
+except OSError:
+    os.execv(CONSOLE_SCRIPT, [CONSOLE_SCRIPT, *sys.argv[1:]])  # no zygote (its test has ended)
+socket.send_fds(conn, [struct.pack("!I", len(payload)) + payload], [0, 1, 2])
+reply = b""
+child = None
+def forward(signum, frame):
+    if child is not None:
+        os.kill(child, signum)
+for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+    signal.signal(getattr(signal, name), forward)
+while True:
+    more = conn.recv(64)
+    if not more:
+        sys.exit("polyloop (test zygote): the forked process was lost")
+    reply += more
+    lines = reply.split(b"\\n")
+    if child is None and len(lines) > 1:
+        child = int(lines[0])
+    if len(lines) > 2:
+        code = int(lines[1])
+        break
+if code < 0:  # ended by a signal: so does this process (SIGKILL and SIGSTOP cannot be handled)
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+'''
+
+
+def console_shim(directory: Path) -> Path | None:
+    """Write a `polyloop` into `directory` that a shell runs as a process forked from the zygote.
+
+    Put `directory` first on the PATH of a shell that runs documented commands:
+    each `polyloop` it starts is then a real child of the zygote (its own pid,
+    the shell's stdin/stdout/stderr, directory and environment, its exit code
+    or signal passed back), while the shim in between costs a Python start
+    without site-packages. None when forking is off (`POLYLOOP_TEST_EXEC=1`).
+    """
+    if not enabled():
+        return None
+    _proc, path = _start()
+    python_env = {k: v for k, v in _zygote_env.items() if k.startswith("PYTHON") and k not in _READ_AGAIN}
+    shim = directory / "polyloop"
+    shim.write_text(_SHIM.format(python=sys.executable, socket=path, console=CONSOLE_SCRIPT,
+                                 python_env=python_env, read_again=_READ_AGAIN))
+    shim.chmod(0o755)
+    return shim
