@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import clean_env, console_script, target
+from support import forking
 from watch_helpers import bash_complete as _bash_complete
 
 
@@ -98,7 +99,7 @@ def test_fish_completes_run_ids_and_what_waits(runs, tmp_path):
                             text=True, timeout=60).stdout
     (tmp_path / "polyloop.fish").write_text(script)
     environ = clean_env(POLYLOOP_DIR=str(runs))
-    environ["PATH"] = f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}"
+    environ["PATH"] = forking.shell_path(f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}")
     asked = 'source polyloop.fish; complete -C "polyloop watch "; complete -C "polyloop mark-resolved mailer-1 "'
     done = subprocess.run(["fish", "--no-config", "-c", asked], cwd=tmp_path, env=environ, capture_output=True,
                           text=True, timeout=60)
@@ -110,7 +111,7 @@ def test_install_completion_writes_what_a_new_bash_then_uses(runs, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     environ = clean_env(HOME=str(home), POLYLOOP_DIR=str(runs), SHELL="/bin/bash")  # typer falls back to $SHELL
-    environ["PATH"] = f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}"
+    environ["PATH"] = forking.shell_path(f"{Path(console_script()[0]).parent}:{environ.get('PATH', '')}")
     done = subprocess.run(["bash", "--norc", "-c", "polyloop --install-completion"], env=environ, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done

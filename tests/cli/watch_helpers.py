@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cli_helpers import clean_env, console_script
+from support import forking
 
 HERE = Path(__file__).resolve().parent
 GATED = f"{HERE / 'watch_agents.py'}:gated_run"
@@ -169,7 +170,7 @@ def bash_complete(cwd: Path, *words: str, env: dict[str, str] | None = None) -> 
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
     environ = clean_env(**(env or {}))
-    environ["PATH"] = f"{BIN}:{environ.get('PATH', '')}"
+    environ["PATH"] = forking.shell_path(f"{BIN}:{environ.get('PATH', '')}")
     proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], cwd=cwd, env=environ,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc

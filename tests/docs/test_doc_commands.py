@@ -137,10 +137,7 @@ def test_every_command_of_the_page_runs_as_shown(page: Path, workdir_factory: Ca
     workdir = workdir_factory("work")
     pid = page_id(page)
     env = doc_env(**PAGE_ENV.get(pid, {}))
-    shims = workdir.parent / "shims"
-    shims.mkdir()
-    if forking.console_shim(shims) is not None:  # each `polyloop` a command starts: forked, not started
-        env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
+    env["PATH"] = forking.shell_path(env["PATH"])  # each `polyloop` a command starts: forked, not started
     failures: list[str] = []
     setups = {key: fn for (p, key), fn in SETUP.items() if p == pid}
     no_jq: list[str] = []

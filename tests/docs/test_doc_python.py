@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from docs_helpers import doc_env
+from support import forking
 from docs_helpers import Block, blocks, page_id, pages
 
 TIMEOUT = 60
@@ -43,8 +44,8 @@ def test_the_python_block_runs(block: Block, files: list[Block], workdir_factory
         (workdir / f.file).write_text(f.text, encoding="utf-8")  # type: ignore[operator]
     script = workdir / "doc_block.py"
     script.write_text(block.text, encoding="utf-8")
-    done = subprocess.run([sys.executable, script.name], cwd=workdir, env=doc_env(), capture_output=True,
-                          text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    done = forking.run([sys.executable, script.name], cwd=workdir, env=doc_env(), timeout=TIMEOUT,
+                       stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"{page_id(block.page)}:{block.line}\n{done.stdout}\n{done.stderr}"
 
 

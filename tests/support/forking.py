@@ -342,3 +342,18 @@ def console_shim(directory: Path) -> Path | None:
                                  python_env=python_env, read_again=_READ_AGAIN))
     shim.chmod(0o755)
     return shim
+
+
+_shims: Path | None = None
+
+
+def shell_path(path: str) -> str:
+    """`path` (a PATH) with a directory holding this process's `console_shim` first, when forking is on."""
+    global _shims
+    if not enabled():
+        return path
+    if _shims is None or not (_shims / "polyloop").exists() or _zygote is None or _zygote[0].poll() is not None:
+        shims = Path(tempfile.mkdtemp(prefix="polyloop-shims-"))
+        console_shim(shims)
+        _shims = shims
+    return f"{_shims}{os.pathsep}{path}"
