@@ -51,9 +51,13 @@ def _options(url: str) -> str:
     return f"{given} -c synchronous_commit=on".strip()
 
 
-def hold_key(name: str) -> int:
-    """The advisory lock key of batch `name` (64 bits of a hash, so two names never share it in practice)."""
-    digest = hashlib.sha256(f"polyloop batch {name}".encode()).digest()
+def hold_key(name: str, schema: str) -> int:
+    """The advisory lock key of batch `name` in `schema` (64 bits of a hash: two never share it in practice).
+
+    Advisory locks belong to the whole database, and two schemas hold two
+    stores, each with its own batches: the schema is part of the key.
+    """
+    digest = hashlib.sha256(f"polyloop batch {schema}.{name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
@@ -77,6 +81,8 @@ class DatabaseBatch:
         self._wait = wait
         self._timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
+        self._held = False
+        self._key = 0
         self.saved = False
 
     def __enter__(self) -> DatabaseBatch:
@@ -103,9 +109,13 @@ class DatabaseBatch:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                conn.close()  # ends the session: the server drops the hold
+                if self._held:  # let go now: the next invocation may start at once
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
             except psycopg.Error:
-                pass
+                pass  # ending the session below drops the hold all the same, once the server sees it
+            finally:
+                self._held = False
+                conn.close()
 
     async def _ensure_schema(self) -> None:
         conns = Connections(
@@ -127,7 +137,8 @@ class DatabaseBatch:
             raise StoreError(f"PostgreSQL at {self.where} failed: {first_line(exc, url=self.url)}") from exc
 
     def _take_hold(self) -> None:
-        key = hold_key(self.name)
+        schema = self._execute("SELECT current_schema()", ())[0][0]
+        key = self._key = hold_key(self.name, schema)
         deadline = time.monotonic() + self._wait
         while not self._execute("SELECT pg_try_advisory_lock(%s)", (key,))[0][0]:
             if time.monotonic() >= deadline:
@@ -136,6 +147,7 @@ class DatabaseBatch:
                     "wait for it to end"
                 )
             time.sleep(0.1)
+        self._held = True
 
     def _holder(self, key: int) -> str:
         # An advisory lock's bigint key shows in pg_locks as two 32-bit halves.
