@@ -12,26 +12,30 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
 from cli_helpers import HERE, Cli, clean_env, console_script, logs_digest, target
+from support import forking
 
 WORKER = f"{HERE / 'cancel_agents.py'}:worker"
 
 
-def start_worker(cli: Cli, run_id: str, world: Path, **env: str) -> subprocess.Popen[str]:
+def start_worker(cli: Cli, run_id: str, world: Path, **env: str) -> Any:
+    """`polyloop run` of the cancel agent, in its own process (a `subprocess.Popen`, or its forked stand-in)."""
     argv = [*console_script(), "run", WORKER, "--run-id", run_id, "--goal", "work", "--dir", str(cli.runs)]
-    return subprocess.Popen(argv, cwd=cli.cwd, env=clean_env(POLYLOOP_TEST_WORLD=str(world), **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    how: dict[str, Any] = dict(cwd=cli.cwd, env=clean_env(POLYLOOP_TEST_WORLD=str(world), **env),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    return forking.spawn(argv, **how) or subprocess.Popen(argv, **how)
 
 
 @pytest.fixture
-def workers(cli: Cli) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+def workers(cli: Cli) -> Iterator[Callable[..., Any]]:
     """`start_worker` for this test; whatever is still running when it ends is killed and reaped."""
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[Any] = []
 
-    def start(run_id: str, world: Path, **env: str) -> subprocess.Popen[str]:
+    def start(run_id: str, world: Path, **env: str) -> Any:
         procs.append(start_worker(cli, run_id, world, **env))
         return procs[-1]
 
@@ -60,7 +64,7 @@ def last(cli: Cli, run_id: str) -> dict:
 
 
 def test_a_live_run_is_asked_and_stops_between_steps_never_inside_a_tool_call(
-    cli: Cli, tmp_path: Path, workers: Callable[..., subprocess.Popen[str]]
+    cli: Cli, tmp_path: Path, workers: Callable[..., Any]
 ) -> None:
     world = tmp_path / "world"
     proc = workers("live", world)

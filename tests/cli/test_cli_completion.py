@@ -81,7 +81,7 @@ def test_completion_never_imports_every_command(tmp_path):
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
 def test_zsh_and_fish_scripts_are_generated_and_parse(shell, tmp_path):
     environ = clean_env(_POLYLOOP_COMPLETE=f"source_{shell}")
-    proc = subprocess.run(console_script(), env=environ, capture_output=True, text=True, timeout=60)
+    proc = forking.run(console_script(), env=environ, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc
     script = tmp_path / f"polyloop.{shell}"
     script.write_text(proc.stdout)
@@ -95,7 +95,7 @@ def test_zsh_and_fish_scripts_are_generated_and_parse(shell, tmp_path):
 def test_fish_completes_run_ids_and_what_waits(runs, tmp_path):
     if shutil.which("fish") is None:
         pytest.skip("fish is not installed")
-    script = subprocess.run(console_script(), env=clean_env(_POLYLOOP_COMPLETE="source_fish"), capture_output=True,
+    script = forking.run(console_script(), env=clean_env(_POLYLOOP_COMPLETE="source_fish"), capture_output=True,
                             text=True, timeout=60).stdout
     (tmp_path / "polyloop.fish").write_text(script)
     environ = clean_env(POLYLOOP_DIR=str(runs))

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from cli_helpers import clean_env, one_line_error
+from support import forking
 
 COMMANDS = ["run", "inspect", "mark-resolved", "resume", "verify"]
 
@@ -67,12 +68,12 @@ def test_every_command_has_help_ending_with_an_example(cli, command):
 
 
 def test_python_dash_m_polyloop_is_the_same_program(cli):
-    proc = subprocess.run(
+    proc = forking.run(
         [sys.executable, "-m", "polyloop", "--help"], capture_output=True, text=True, env=clean_env()
     )
     assert proc.returncode == 0
     assert proc.stdout.startswith("Usage: polyloop ")
-    proc = subprocess.run(
+    proc = forking.run(
         [sys.executable, "-m", "polyloop", "inspect", "nope", "--dir", str(cli.runs)],
         capture_output=True, text=True, env=clean_env(),
     )

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import forking
 
 AGENT = f"{Path(__file__).resolve().parent / 'validity_agent.py'}:agent"
 TRACEBACK = "Traceback (most recent call last)"
@@ -29,7 +30,7 @@ class Operator:
         self.env["POLYLOOP_DIR"] = str(self.runs)
 
     def __call__(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
+        proc = forking.run(
             [sys.executable, "-m", "polyloop", *args],
             cwd=self.root, env={**self.env, **env}, capture_output=True, text=True, timeout=120,
         )

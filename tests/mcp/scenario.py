@@ -52,7 +52,7 @@ class Scenario:
 
     def polyloop(self, *args: str, script: list[Any] | None = None, **env: str) -> subprocess.CompletedProcess[str]:
         extra = {"MCP_SCRIPT": json.dumps(script)} if script is not None else {}
-        proc = subprocess.run(
+        proc = forking.run(
             [sys.executable, "-m", "polyloop", *args], env={**self.env, **extra, **env}, cwd=self.root,
             capture_output=True, text=True, timeout=120,
         )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from polyloop import Intent, JsonlStore, ModelCallResult, StepCompleted
 from polyloop.testing import FakeAnthropicServer, FakeResponse
+from support import forking
 
 AGENT = textwrap.dedent(
     '''
@@ -49,7 +50,7 @@ def _env(tmp_path: Path, server: FakeAnthropicServer) -> dict[str, str]:
 
 
 def _polyloop(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forking.run(
         [sys.executable, "-m", "polyloop", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
     )
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from support import forking
 
 CLI = Path(__file__).resolve().parents[2] / "cli"
 WORKER = f"{CLI / 'cancel_agents.py'}:worker"
@@ -33,7 +34,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def pl(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*polyloop_argv(), *args], capture_output=True, text=True, timeout=120, env=env(**extra),
+    return forking.run([*polyloop_argv(), *args], capture_output=True, text=True, timeout=120, env=env(**extra),
                           stdin=subprocess.DEVNULL)
 
 
