@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from batch_helpers import env, polyloop
 
+from support import forking
+
 pytest.importorskip("openai")
 
 from polyloop.testing import FakeOpenAIServer, FakeResponse  # noqa: E402
@@ -36,7 +38,7 @@ def test_a_5xx_burst_across_a_batch_waits_together_and_every_run_finishes(tmp_pa
     goals = tmp_path / "goals.txt"
     goals.write_text("".join(f"goal {i}\n" for i in range(runs)))
     with FakeOpenAIServer(responder=responder, api_key="sk-test", lifetime=300) as server:
-        done = subprocess.run(
+        done = forking.run(
             [*polyloop(), "batch", AGENT, str(goals), "--name", "burst", "--dir", str(tmp_path / "runs"),
              "--processes", "2", "--concurrency", str(runs // 2)],
             env=env(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", POLYLOOP_MODEL="fake-model"),

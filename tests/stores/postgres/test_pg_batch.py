@@ -63,14 +63,15 @@ class World:
         return [*console_script(), "batch", f"{AGENTS}:{agent}", str(goals), "--store", self.url, *workers, *args]
 
     def batch(self, agent: str, goals: Path, *args: str, timeout: float = 120, **extra: str) -> Done:
-        proc = subprocess.run(self.argv(agent, goals, *args), cwd=self.root, env=self.env(**extra),
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = forking.run(self.argv(agent, goals, *args), cwd=self.root, env=self.env(**extra),
+                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         return Done(proc.returncode, proc.stdout, proc.stderr)
 
-    def spawn(self, agent: str, goals: Path, *args: str, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(agent, goals, *args), cwd=self.root, env=self.env(**extra),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                text=True, start_new_session=True)
+    def spawn(self, agent: str, goals: Path, *args: str, **extra: str) -> subprocess.Popen[str] | forking.Forked:
+        argv = self.argv(agent, goals, *args)
+        how: dict = dict(cwd=self.root, env=self.env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        return forking.spawn(argv, **how) or subprocess.Popen(argv, **how)  # forked from the test zygote
 
     def effects(self) -> list[dict]:
         if not self.effects_path.exists():
