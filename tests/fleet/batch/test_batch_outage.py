@@ -20,7 +20,7 @@ pytest.importorskip("openai")
 from polyloop.testing import FakeOpenAIServer, FakeResponse  # noqa: E402
 
 AGENT = f"{Path(__file__).resolve().parent / 'outage_agents.py'}:agent"
-OUTAGE = 4.0  # seconds of HTTP 503 from the first request on (long enough for a progress line to land in it)
+OUTAGE = 2.0  # seconds of HTTP 503 from the first request on (long enough for a progress line to land in it)
 
 
 @pytest.mark.parametrize("runs", [40, pytest.param(200, marks=pytest.mark.slow)])

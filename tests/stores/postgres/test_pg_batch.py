@@ -247,7 +247,9 @@ def test_a_bad_or_unreachable_store_gives_the_error_every_command_gives(tmp_path
 def test_ctrl_c_releases_every_lease_and_the_rerun_resumes_at_once(own_db, tmp_path):
     world = World(tmp_path, own_db)
     goals = world.goals(["goal 1", "goal 2", "goal 3"])
-    proc = world.spawn("stamper", goals, "--json", BATCH_SLOW="3")
+    # Each tool waits 1 s: no run can finish (look + 2 stamps take over 4 s) before the Ctrl-C, which the
+    # runs under way answer by ending the call they are in (within 1 s).
+    proc = world.spawn("stamper", goals, "--json", BATCH_SLOW="1")
     try:
         deadline = time.monotonic() + 30
         while not world.effects_path.exists() and not _held(own_db):
