@@ -6,8 +6,9 @@ from the effects file, the world's truth, never from the log), the oracle holds:
 every line finished and appears once in the summary; every `never` action of
 every run left one line in the effects file — none twice, none lost; every log verifies.
 
-`BATCH_CRASH_ROUNDS` raises the number of kills (default: a few, to keep the
-default suite fast); the seed of each test is printed on failure.
+Each test kills `ROUNDS` times in the default suite (`BATCH_CRASH_ROUNDS` sets
+it) and `SLOW_ROUNDS` times under the `slow` marker (CI's `pytest -m slow`); the
+seed of each test is printed on failure.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ import pytest
 from batch_helpers import World, check_oracle, kill_group
 
 LINES = 24
-ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 4)
+ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 2)
+SLOW_ROUNDS = 8
+# A small sample of kills by default, more where CI runs the slow tests.
+KILLS = pytest.mark.parametrize("rounds", [ROUNDS, pytest.param(SLOW_ROUNDS, marks=pytest.mark.slow)])
 
 
 @pytest.fixture
@@ -53,13 +57,14 @@ def _started(world: World, runs: int, proc, limit: float = 60.0) -> None:
         time.sleep(0.005)
 
 
-def test_the_parent_killed_at_random_points_then_rerun_until_done(world, reliability):
+@KILLS
+def test_the_parent_killed_at_random_points_then_rerun_until_done(world, reliability, rounds):
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     goals = world.goals([f"goal {n}" for n in range(1, LINES + 1)])
     run_ids = [f"goals-{n:05d}" for n in range(1, LINES + 1)]
     kills = 0
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         proc = world.spawn("stamper", goals, "--json", "--processes", "2", "--concurrency", "4",
                            BATCH_SLOW="0.02")
         try:
@@ -80,7 +85,8 @@ def test_the_parent_killed_at_random_points_then_rerun_until_done(world, reliabi
     _finish(world, goals, run_ids, reliability)
 
 
-def test_one_worker_killed_at_random_points_is_replaced_and_its_runs_resumed(world, reliability):
+@KILLS
+def test_one_worker_killed_at_random_points_is_replaced_and_its_runs_resumed(world, reliability, rounds):
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     pids = world.root / "pids"
@@ -90,7 +96,7 @@ def test_one_worker_killed_at_random_points_is_replaced_and_its_runs_resumed(wor
                        BATCH_SLOW="0.05", BATCH_PIDS=str(pids))
     killed: set[int] = set()
     try:
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             live = _workers(pids, proc.pid, killed)
             deadline = time.monotonic() + 30
             while not live and proc.poll() is None and time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from pg_helpers import check_invariants
 from polyloop import inspect_run, mark_resolved
@@ -34,7 +35,7 @@ from support import forking
 
 AGENTS = TESTS / "fleet" / "batch" / "agents.py"
 LINES = 12
-ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 3)
+ROUNDS = int(os.environ.get("BATCH_CRASH_ROUNDS") or 2)  # kills in the default suite; 6 under `slow`
 LEASE = "1"
 
 
@@ -129,14 +130,15 @@ def _check_oracle(world: World, doc: dict, run_ids: list[str]) -> None:
     assert json.loads(verified.stdout)["summary"]["corrupt"] == 0
 
 
-def test_a_batch_on_postgresql_killed_at_random_points_then_rerun_until_done(own_db, tmp_path, reliability):
+@pytest.mark.parametrize("rounds", [ROUNDS, pytest.param(6, marks=pytest.mark.slow)])
+def test_a_batch_on_postgresql_killed_at_random_points_then_rerun_until_done(own_db, tmp_path, reliability, rounds):
     world = World(tmp_path, own_db)
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     goals = world.goals([f"goal {n}" for n in range(1, LINES + 1)])
     run_ids = [f"goals-{n:05d}" for n in range(1, LINES + 1)]
     kills = 0
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         before = len(world.effects())
         proc = world.spawn("stamper", goals, "--json", "--processes", "2", "--concurrency", "3",
                            "--lease", LEASE, BATCH_SLOW="0.1")
