@@ -4,7 +4,6 @@ so, and every run finishes once the server is back, with the model calls bounded
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
