@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from polyloop import JsonlStore, inspect_run, mark_resolved, verify_logs
+from support import forking
 from support.cli import LEAKY, Done, clean_env  # noqa: F401 (Done re-exported to the batch tests)
 from support.cli import console_script as polyloop
 
@@ -56,18 +57,21 @@ class World:
         return [*polyloop(), "batch", target(agent), str(goals), "--dir", str(self.runs), *workers, *args]
 
     def batch(self, agent: str, goals: Path, *args: str, timeout: float = 120, **extra: str) -> Done:
-        proc = subprocess.run(
+        # A real `polyloop batch` process, forked from the test zygote (no Python start, no CLI imports);
+        # its workers are started by the batch itself, as a user's are.
+        proc = forking.run(
             self.argv(agent, goals, *args), cwd=self.root, env=self.env(**extra),
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         )
         return Done(proc.returncode, proc.stdout, proc.stderr)
 
-    def spawn(self, agent: str, goals: Path, *args: str, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            self.argv(agent, goals, *args), cwd=self.root, env=self.env(**extra),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-            start_new_session=True,
-        )
+    def spawn(self, agent: str, goals: Path, *args: str, **extra: str) -> subprocess.Popen[str] | forking.Forked:
+        """`polyloop batch` running in its own session (`kill_group` reaches it and its workers), forked when it can be."""
+        argv = self.argv(agent, goals, *args)
+        how: dict[str, Any] = dict(cwd=self.root, env=self.env(**extra), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                   start_new_session=True)
+        return forking.spawn(argv, **how) or subprocess.Popen(argv, **how)
 
     def effects(self) -> list[dict[str, Any]]:
         if not self.effects_path.exists():
@@ -116,7 +120,7 @@ def check_oracle(world: World, doc: dict[str, Any], run_ids: list[str]) -> None:
     assert not report.failed(), report.to_json()
 
 
-def kill_group(proc: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
+def kill_group(proc: subprocess.Popen[str] | forking.Forked, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from batch_helpers import env, polyloop
 
+from support import forking
+
 WORKER = str(Path(__file__).resolve().parents[2] / "cli" / "cancel_agents.py") + ":worker"
 
 
@@ -19,15 +21,16 @@ def test_a_cancelled_run_of_a_batch_ends_on_the_record_and_the_batch_goes_on(tmp
     runs = tmp_path / "runs"
     world = env(POLYLOOP_TEST_WORLD=str(tmp_path / "world"), POLYLOOP_TEST_STEPS="150", POLYLOOP_TEST_NAP="0.03")
     argv = [*polyloop(), "batch", WORKER, str(goals), "--name", "b", "--dir", str(runs), "--processes", "1", "--json"]
-    batch = subprocess.Popen(argv, cwd=tmp_path, env=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, stdin=subprocess.DEVNULL)
+    how: dict = dict(cwd=tmp_path, env=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     stdin=subprocess.DEVNULL)
+    batch = forking.spawn(argv, **how) or subprocess.Popen(argv, **how)  # forked from the test zygote
     try:
         deadline = time.monotonic() + 60
         log = runs / "b-00001.jsonl"
         while not (log.exists() and log.read_text().count('"step_completed"') >= 3):
             assert time.monotonic() < deadline and batch.poll() is None
             time.sleep(0.02)
-        done = subprocess.run([*polyloop(), "cancel", "b-00001", "--reason", "one is enough", "--by", "ops",
+        done = forking.run([*polyloop(), "cancel", "b-00001", "--reason", "one is enough", "--by", "ops",
                                "--wait", "--timeout", "60", "--dir", str(runs), "--json"],
                               capture_output=True, text=True, env=env(), timeout=90)
         assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "cancelled", done
@@ -41,15 +44,15 @@ def test_a_cancelled_run_of_a_batch_ends_on_the_record_and_the_batch_goes_on(tmp
     assert report["b-00001"]["status"] == "finished"
     assert report["b-00001"]["reason"].startswith("cancelled by ops: one is enough; the run is over")
     assert report["b-00002"]["reason"] == "final_answer" and report["b-00002"]["steps"] == 151
-    again = subprocess.run(argv, cwd=tmp_path, env=world, capture_output=True, text=True, timeout=120)
+    again = forking.run(argv, cwd=tmp_path, env=world, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again
     first = json.loads(again.stdout)["runs"][0]
     assert (first["run_id"], first["status"], first["steps"]) == ("b-00001", "finished", report["b-00001"]["steps"])
     assert first["reason"].startswith("cancelled by ops")  # over: never resumed by a re-run
-    listed = subprocess.run([*polyloop(), "ls", "--batch", "b", "--dir", str(runs), "--json"], capture_output=True,
+    listed = forking.run([*polyloop(), "ls", "--batch", "b", "--dir", str(runs), "--json"], capture_output=True,
                             text=True, env=env(), timeout=60)
     assert sorted((r["run_id"], r["cause"]) for r in json.loads(listed.stdout)) == [
         ("b-00001", "cancelled by ops: one is enough"), ("b-00002", None)]
-    unknown = subprocess.run([*polyloop(), "ls", "--batch", "nope", "--dir", str(runs)], capture_output=True,
+    unknown = forking.run([*polyloop(), "ls", "--batch", "nope", "--dir", str(runs)], capture_output=True,
                              text=True, env=env(), timeout=60)
     assert unknown.returncode == 2 and "no batch 'nope'" in unknown.stderr

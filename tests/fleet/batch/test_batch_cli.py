@@ -15,7 +15,7 @@ import pytest
 from batch_helpers import World, kill_group, polyloop, target
 
 from polyloop import BatchReport, JsonlStore, inspect_run, run_batch
-from support import TESTS
+from support import TESTS, forking
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(world, args, message
     world.goals(["a"])
     (world.root / "blank.txt").write_text("\n   \n")
     argv = [*polyloop(), "batch", target("quick"), *args, "--dir", str(world.runs)]
-    done = subprocess.run(argv, cwd=world.root, capture_output=True, text=True, timeout=60)
+    done = forking.run(argv, cwd=world.root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     assert not world.runs.exists()  # not a log, a manifest or a hold file, not even the directory
@@ -158,7 +158,7 @@ def test_a_worker_killed_after_a_never_action_parks_the_run_with_its_settle_comm
     assert doc["next"].startswith("polyloop batch ")
     # The effect happened (the world says so): settle it with the printed command, re-run.
     pasted = shlex.split(executed.replace("TEXT", "stamped"))[1:]  # the operator gives the reason
-    settle = subprocess.run([*polyloop(), *pasted], cwd=world.root, capture_output=True, text=True, timeout=60)
+    settle = forking.run([*polyloop(), *pasted], cwd=world.root, capture_output=True, text=True, timeout=60)
     assert settle.returncode == 0, settle
     final = world.batch("stamper", goals, "--json")
     assert final.code == 0, final
@@ -303,7 +303,7 @@ def test_json_is_the_one_document_on_stdout_even_when_the_agent_prints_as_it_loa
         encoding="utf-8",
     )
     goals = world.goals(["a", "b"])
-    proc = subprocess.run(
+    proc = forking.run(
         [*polyloop(), "batch", f"{noisy}:agent", str(goals), "--dir", str(world.runs), "--processes", "1", "--json"],
         cwd=world.root, env=world.env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
@@ -316,7 +316,7 @@ def test_a_run_waiting_for_approval_or_an_answer_gets_the_commands_that_settle_i
     agents = TESTS / "cli" / "approval_agents.py"
     for agent, expected in (("payer", ["polyloop approve", "polyloop deny"]), ("asker", ["polyloop answer"])):
         goals = world.goals(["g"], name=f"{agent}.txt")
-        proc = subprocess.run(
+        proc = forking.run(
             [*polyloop(), "batch", f"{agents}:{agent}", str(goals), "--dir", str(world.runs), "--processes", "1"],
             cwd=world.root, env=world.env(APPROVAL_TEST_EFFECTS=str(world.root / "paid")),
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,

@@ -4,7 +4,6 @@ so, and every run finishes once the server is back, with the model calls bounded
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -13,12 +12,14 @@ from typing import Any
 import pytest
 from batch_helpers import env, polyloop
 
+from support import forking
+
 pytest.importorskip("openai")
 
 from polyloop.testing import FakeOpenAIServer, FakeResponse  # noqa: E402
 
 AGENT = f"{Path(__file__).resolve().parent / 'outage_agents.py'}:agent"
-OUTAGE = 4.0  # seconds of HTTP 503 from the first request on (long enough for a progress line to land in it)
+OUTAGE = 2.0  # seconds of HTTP 503 from the first request on (long enough for a progress line to land in it)
 
 
 @pytest.mark.parametrize("runs", [40, pytest.param(200, marks=pytest.mark.slow)])
@@ -36,7 +37,7 @@ def test_a_5xx_burst_across_a_batch_waits_together_and_every_run_finishes(tmp_pa
     goals = tmp_path / "goals.txt"
     goals.write_text("".join(f"goal {i}\n" for i in range(runs)))
     with FakeOpenAIServer(responder=responder, api_key="sk-test", lifetime=300) as server:
-        done = subprocess.run(
+        done = forking.run(
             [*polyloop(), "batch", AGENT, str(goals), "--name", "burst", "--dir", str(tmp_path / "runs"),
              "--processes", "2", "--concurrency", str(runs // 2)],
             env=env(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test", POLYLOOP_MODEL="fake-model"),
