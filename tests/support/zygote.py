@@ -190,6 +190,8 @@ def _flush() -> None:
 if __name__ == "__main__":
     import importlib
 
+    import polyloop.anthropic  # noqa: F401 - the model adapters (~1.2 s each to import) many
+    import polyloop.openai  # noqa: F401     children's agents and fake servers load
     import polyloop.testing  # noqa: F401 - what the scripts the tests run import
     from polyloop_cli.entry import main
     from polyloop_cli.main import COMMANDS
