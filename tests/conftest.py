@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import signal
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -81,6 +82,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # never see their SIGINT. Their handler is the default one, as in a terminal.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # pytest keeps the test modules it rewrites (assertion messages) as .pyc files only where Python
+    # may write bytecode; a machine that sets PYTHONDONTWRITEBYTECODE=1 for everything would have
+    # every worker rewrite every test module again in every session (~15 s of a core each).
+    sys.dont_write_bytecode = False
     if not hasattr(config, "workerinput"):  # the main process, before any xdist worker starts
         _compile_for_children()
 
