@@ -90,6 +90,21 @@ def pytest_configure(config: pytest.Config) -> None:
         _compile_for_children()
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core, and one more.
+
+    A test spends much of its time waiting on the processes it starts (a
+    `polyloop` command, a crash child, a server, a browser); a worker more than
+    the cores keeps them busy meanwhile. Measured on 2 cores, whole suite, one
+    run after the other: 2 workers 422 s, 3 workers 361 s, 4 workers 370 s.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return cores + 1
+
+
 def _compile_for_children() -> None:
     """Byte-compile the code the tests' child processes import, once per session.
 
