@@ -81,8 +81,7 @@ class DatabaseBatch:
         self._wait = wait
         self._timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
-        self._held = False
-        self._key = 0
+        self._held_key: int | None = None  # the advisory lock key, while this invocation holds it
         self.saved = False
 
     def __enter__(self) -> DatabaseBatch:
@@ -109,12 +108,12 @@ class DatabaseBatch:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                if self._held:  # let go now: the next invocation may start at once
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+                if self._held_key is not None:  # let go now: the next invocation may start at once
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (self._held_key,))
             except psycopg.Error:
                 pass  # ending the session below drops the hold all the same, once the server sees it
             finally:
-                self._held = False
+                self._held_key = None
                 conn.close()
 
     async def _ensure_schema(self) -> None:
@@ -138,7 +137,7 @@ class DatabaseBatch:
 
     def _take_hold(self) -> None:
         schema = self._execute("SELECT current_schema()", ())[0][0]
-        key = self._key = hold_key(self.name, schema)
+        key = hold_key(self.name, schema)
         deadline = time.monotonic() + self._wait
         while not self._execute("SELECT pg_try_advisory_lock(%s)", (key,))[0][0]:
             if time.monotonic() >= deadline:
@@ -147,7 +146,7 @@ class DatabaseBatch:
                     "wait for it to end"
                 )
             time.sleep(0.1)
-        self._held = True
+        self._held_key = key
 
     def _holder(self, key: int) -> str:
         # An advisory lock's bigint key shows in pg_locks as two 32-bit halves.

@@ -27,7 +27,7 @@ def start_worker(cli: Cli, run_id: str, world: Path, **env: str) -> Any:
     argv = [*console_script(), "run", WORKER, "--run-id", run_id, "--goal", "work", "--dir", str(cli.runs)]
     how: dict[str, Any] = dict(cwd=cli.cwd, env=clean_env(POLYLOOP_TEST_WORLD=str(world), **env),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    return forking.spawn(argv, **how) or subprocess.Popen(argv, **how)
+    return forking.popen(argv, **how)
 
 
 @pytest.fixture

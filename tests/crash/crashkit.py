@@ -147,7 +147,7 @@ class World:
         """A real process (forked from the test zygote when it can be: `support.forking`)."""
         how = dict(env={**self.env, **(env or {})}, cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                    text=True, **kw)
-        return forking.spawn(args, **how) or subprocess.Popen(args, **how)
+        return forking.popen(args, **how)
 
     def finish(self, proc: subprocess.Popen | Forked, args: list[str], started: float, timeout: float = 60) -> Proc:
         try:

@@ -262,6 +262,11 @@ def spawn(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env
     return forked
 
 
+def popen(argv: Sequence[str], **how: Any) -> Forked | subprocess.Popen[Any]:
+    """`subprocess.Popen(argv, **how)`, forked from the zygote when it can be (`spawn`)."""
+    return spawn(argv, **how) or subprocess.Popen(argv, **how)
+
+
 def run(argv: Sequence[str], *, timeout: float | None = None, capture_output: bool = True, text: bool = True,
         **popen: Any) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run(argv, capture_output=True, text=True, ...)`, forked when it can be."""

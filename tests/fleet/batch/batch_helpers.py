@@ -71,7 +71,7 @@ class World:
         how: dict[str, Any] = dict(cwd=self.root, env=self.env(**extra), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                    start_new_session=True)
-        return forking.spawn(argv, **how) or subprocess.Popen(argv, **how)
+        return forking.popen(argv, **how)
 
     def effects(self) -> list[dict[str, Any]]:
         if not self.effects_path.exists():

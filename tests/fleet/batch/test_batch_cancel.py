@@ -23,7 +23,7 @@ def test_a_cancelled_run_of_a_batch_ends_on_the_record_and_the_batch_goes_on(tmp
     argv = [*polyloop(), "batch", WORKER, str(goals), "--name", "b", "--dir", str(runs), "--processes", "1", "--json"]
     how: dict = dict(cwd=tmp_path, env=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                      stdin=subprocess.DEVNULL)
-    batch = forking.spawn(argv, **how) or subprocess.Popen(argv, **how)  # forked from the test zygote
+    batch = forking.popen(argv, **how)  # forked from the test zygote
     try:
         deadline = time.monotonic() + 60
         log = runs / "b-00001.jsonl"

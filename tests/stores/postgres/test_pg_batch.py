@@ -72,7 +72,7 @@ class World:
         argv = self.argv(agent, goals, *args)
         how: dict = dict(cwd=self.root, env=self.env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-        return forking.spawn(argv, **how) or subprocess.Popen(argv, **how)  # forked from the test zygote
+        return forking.popen(argv, **how)  # forked from the test zygote
 
     def effects(self) -> list[dict]:
         if not self.effects_path.exists():
