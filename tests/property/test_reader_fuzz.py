@@ -21,7 +21,6 @@ import faulthandler
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 import traceback
@@ -30,6 +29,7 @@ from pathlib import Path
 import orjson
 
 import logkit
+from support import forking
 from polyloop import (
     CorruptLogError,
     JsonlStore,
@@ -217,7 +217,7 @@ def test_fuzzed_logs_get_a_clear_verdict_from_every_reader(tmp_path, reliability
 
     # The command line over the same files: one `verify` over all, `inspect` over a sample.
     cli = [sys.executable, "-m", "polyloop"]
-    done = subprocess.run([*cli, "verify", str(directory), "--json"], capture_output=True, text=True, timeout=300)
+    done = forking.run([*cli, "verify", str(directory), "--json"], timeout=300)
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-3000:]
     doc = json.loads(done.stdout)
     by_cli = {Path(f["path"]).stem: f["status"] for f in doc["files"]}
@@ -228,8 +228,7 @@ def test_fuzzed_logs_get_a_clear_verdict_from_every_reader(tmp_path, reliability
     env = {**os.environ, "COLUMNS": "100"}
     for name in sample:
         for extra in ([], ["--json"]):
-            shown = subprocess.run([*cli, "inspect", name, "--dir", str(directory), *extra],
-                                   capture_output=True, text=True, timeout=60, env=env)
+            shown = forking.run([*cli, "inspect", name, "--dir", str(directory), *extra], timeout=60, env=env)
             assert "Traceback" not in shown.stderr + shown.stdout, shown.stderr
             assert shown.returncode in (0, 1), (name, shown.returncode, shown.stderr)
             assert (shown.stdout + shown.stderr).strip()
