@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
+import selectors
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -254,6 +256,7 @@ class FakeServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._bound: int | None = None
+        self._wake: tuple[int, int] | None = None  # a pipe that wakes the serving thread at once on stop
 
     # -- what each API looks like ---------------------------------------------
 
@@ -293,29 +296,40 @@ class FakeServer:
         handler = type("_BoundHandler", (_Handler,), {"fake": self})
         httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
         httpd.daemon_threads = False  # server_close() joins every handler thread
-        httpd.timeout = 0.05
         self._httpd = httpd
         self._bound = int(httpd.server_address[1])
+        self._wake = os.pipe()
         self._thread = threading.Thread(target=self._serve, name=self.thread_name, daemon=True)
         self._thread.start()
         return self
 
     def _serve(self) -> None:
-        assert self._httpd is not None
+        assert self._httpd is not None and self._wake is not None
         deadline = time.monotonic() + self.lifetime
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            self._httpd.handle_request()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._httpd, selectors.EVENT_READ)
+            selector.register(self._wake[0], selectors.EVENT_READ)
+            while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+                ready = {key.fd for key, _ in selector.select(left)}
+                if self._httpd.fileno() in ready and not self._stop.is_set():
+                    self._httpd.handle_request()  # a connection waits: accepted without blocking
         self._stop.set()
 
     def stop(self) -> None:
         """Stop serving, close the socket and wait for every handler thread."""
         self._stop.set()
+        if self._wake is not None:
+            os.write(self._wake[1], b"x")
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         if self._httpd is not None:
             self._httpd.server_close()
             self._httpd = None
+        if self._wake is not None:
+            for fd in self._wake:
+                os.close(fd)
+            self._wake = None
 
     def wait(self) -> None:
         """Block until the server stops (its lifetime ends) or Ctrl-C."""
