@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import importlib
 import math
 import os
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -249,7 +251,8 @@ class HostedModel:
                     data = await _read(create(self._client))
                 else:
                     async with new_client(
-                        api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+                        api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0,
+                        http_client=_fresh_http_client(sdk),
                     ) as client:
                         data = await _read(create(client))
             return decode_answer(data)
@@ -278,6 +281,30 @@ async def _read(opened: AbstractAsyncContextManager[Any]) -> bytes:
         except Exception as exc:
             raise _BrokenAnswer() from exc
     return b"".join(chunks)
+
+
+def _fresh_http_client(sdk: ModuleType) -> Any | None:
+    """The SDK's default HTTP client, on the process's one TLS context (None: let the SDK make it)."""
+    tls = _tls_context(sdk.DefaultAsyncHttpxClient)
+    return None if tls is None else sdk.DefaultAsyncHttpxClient(verify=tls)
+
+
+@functools.cache
+def _tls_context(client_class: type) -> Any | None:
+    """The TLS context `client_class` would build for itself, built once per process.
+
+    Building one loads the whole CA bundle (~60 ms of CPU), and every model call
+    opens a fresh client (see `HostedModel._send`). The context is what the HTTP
+    library's own `create_ssl_context()` gives (its CA bundle, `SSL_CERT_FILE`
+    and `SSL_CERT_DIR` honoured as it honours them); an SSL context may be
+    shared across threads and event loops. None when the library offers no
+    `create_ssl_context`: each client then builds its own, as before.
+    """
+    for base in client_class.__mro__:
+        make = getattr(sys.modules.get(base.__module__.partition(".")[0]), "create_ssl_context", None)
+        if callable(make):
+            return make()
+    return None
 
 
 def _host(url: str) -> str:
