@@ -18,7 +18,6 @@ from ._url import StoreKind, redact_url, store_kind
 if TYPE_CHECKING:
     from ._pg_lease import Lease, LeaseLostError
     from ._postgres import PostgresStore
-    from .._fleet.queue import Worker, WorkerEvent, submit
 
 __all__ = [
     "JsonlStore",
@@ -40,7 +39,9 @@ _LAZY = {
     "PostgresStore": "._postgres",
     "Lease": "._pg_lease",
     "LeaseLostError": "._pg_lease",
-    # The queue lives beside the run loop (it runs agents); it imports psycopg lazily too.
+    # The queue's public names, documented here since PostgreSQL workers began: the queue itself
+    # lives above the stores, beside the run loop (it runs agents), so these are forwarded on
+    # first use and never imported by the store layer.
     "Worker": ".._fleet.queue",
     "WorkerEvent": ".._fleet.queue",
     "submit": ".._fleet.queue",
