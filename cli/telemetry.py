@@ -20,7 +20,7 @@ Otel = Annotated[
         "--otel",
         help="Send the run's spans and metrics to OpenTelemetry, as the OTEL_* variables say "
         "(default: OTLP/HTTP to localhost:4318); needs polyloop[otel]. Also on when "
-        "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set.",
+        "OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME or OTEL_TRACES_EXPORTER is set.",
     ),
 ]
 

@@ -33,13 +33,14 @@ def output_messages(output: dict[str, Any]) -> str:
     return to_json([{"role": "assistant", "parts": parts}])
 
 
-# What turns telemetry on without `--otel` (the exporter variables the OpenTelemetry SDK reads).
-TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
+# What turns telemetry on without `--otel`: the standard variables the OpenTelemetry SDK reads.
+TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
+           "OTEL_SERVICE_NAME")
 
 
 def telemetry_by_env(environ: Any = None) -> bool:
-    """Whether the environment asks for telemetry: an OTLP endpoint or a traces exporter other
-    than `none` is set (or `POLYLOOP_OTEL=1`, which `polyloop batch --otel` hands its worker
+    """Whether the environment asks for telemetry: an OTLP endpoint, a service name or a traces
+    exporter other than `none` is set (or `POLYLOOP_OTEL=1`, which `polyloop batch --otel` hands its worker
     processes), and `OTEL_SDK_DISABLED` is not `true`. Reads variables only."""
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
