@@ -56,3 +56,33 @@ def test_trace_json_and_tree_and_their_refusals(tmp_path: Path) -> None:
     with otlp_receiver(status=400) as refusing:
         refused = polyloop("trace", "r", "--dir", runs, "--to", refusing.url)
     assert refused.code == 1 and "was not sent" in refused.stderr
+
+
+def test_a_to_that_is_not_an_http_url_is_refused_in_one_line_before_anything_is_read(tmp_path: Path) -> None:
+    runs = str(tmp_path / "runs")
+    for bad in ("localhost:4318", "notaurl", "ftp://collector:4318", "", "http://", "http://[::1", "http://h:port"):
+        done = polyloop("trace", "r", "--dir", runs, "--to", bad)
+        assert done.code == 2, (bad, done.code, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "OTLP/HTTP receiver URL" in done.stderr, done.stderr
+
+
+def test_a_to_given_as_the_full_traces_url_with_a_trailing_slash_reaches_the_receiver(tmp_path: Path) -> None:
+    runs = _crashed_run(tmp_path)
+    with otlp_receiver() as receiver:
+        done = polyloop("trace", "r", "--dir", runs, "--to", receiver.url + "/v1/traces/")
+    assert done.code == 0, done.stderr
+    assert len(receiver.spans) == 5  # p0, s1-m1, s1-a1, s2-m1 and s2-a1 (cut)
+
+
+def test_a_log_without_records_has_no_spans_and_nothing_is_sent(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "e.jsonl").write_text('{"record": "run_started", "run_id": "e"')  # killed while writing its first
+    tree = polyloop("trace", "e", "--dir", str(runs))
+    assert tree.code == 0 and tree.stdout == "no trace of run e: its log has no records\n", tree
+    doc = polyloop("trace", "e", "--dir", str(runs), "--json")
+    assert doc.code == 0 and doc.json() == {"schema": 1, "run_id": "e", "trace_id": None, "spans": []}
+    with otlp_receiver() as receiver:
+        sent = polyloop("trace", "e", "--dir", str(runs), "--to", receiver.url)
+    assert sent.code == 0 and "nothing sent" in sent.stderr and "Error" not in sent.stderr, sent.stderr
+    assert receiver.spans == []
