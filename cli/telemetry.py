@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from polyloop.for_cli import telemetry_by_env
+from polyloop.for_cli import check_exporters, telemetry_by_env
 
 from .errors import BadInput
 
@@ -73,11 +73,18 @@ def telemetry(asked: bool) -> Iterator[Wrap]:
         meter_provider.shutdown()
 
 
-def hand_down() -> None:
-    """Ask the processes this one starts (a batch's workers) to trace their runs; refused (exit 2)
-    without polyloop[otel]."""
-    try:
-        import polyloop.otel  # noqa: F401
-    except ImportError:
-        raise BadInput("--otel needs the otel extra: pip install 'polyloop[otel]'") from None
-    os.environ["POLYLOOP_OTEL"] = "1"
+def hand_down(asked: bool) -> None:
+    """Ask the processes this one starts (a batch's workers) to trace their runs when `asked`
+    (--otel); refused (exit 2) without polyloop[otel], and, asked or turned on by the OTEL_*
+    variables, an exporter or protocol the extra does not ship: refused here, not in each worker."""
+    if asked:
+        try:
+            import polyloop.otel  # noqa: F401
+        except ImportError:
+            raise BadInput("--otel needs the otel extra: pip install 'polyloop[otel]'") from None
+        os.environ["POLYLOOP_OTEL"] = "1"
+    if telemetry_by_env():
+        try:
+            check_exporters()
+        except ValueError as exc:  # InvalidInputError
+            raise BadInput(str(exc)) from None
