@@ -117,8 +117,7 @@ def command(
     """
     with failures(Scope(json=json)) as scope:
         scope.directory = where = options.where(directory, store_url)
-        if otel:
-            telemetry.hand_down()  # the worker processes trace their runs
+        telemetry.hand_down(otel)  # the worker processes trace their runs
         if lease is not None and not options.is_url(where):
             raise BadInput("--lease applies to a PostgreSQL store (--store postgresql://...)")
         options.utf8(target, "TARGET")

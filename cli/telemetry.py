@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from polyloop.for_cli import telemetry_by_env
+from polyloop.for_cli import check_exporters, telemetry_by_env
 
 from .errors import BadInput
 
@@ -20,7 +20,7 @@ Otel = Annotated[
         "--otel",
         help="Send the run's spans and metrics to OpenTelemetry, as the OTEL_* variables say "
         "(default: OTLP/HTTP to localhost:4318); needs polyloop[otel]. Also on when "
-        "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set.",
+        "OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME or OTEL_TRACES_EXPORTER is set.",
     ),
 ]
 
@@ -73,11 +73,18 @@ def telemetry(asked: bool) -> Iterator[Wrap]:
         meter_provider.shutdown()
 
 
-def hand_down() -> None:
-    """Ask the processes this one starts (a batch's workers) to trace their runs; refused (exit 2)
-    without polyloop[otel]."""
-    try:
-        import polyloop.otel  # noqa: F401
-    except ImportError:
-        raise BadInput("--otel needs the otel extra: pip install 'polyloop[otel]'") from None
-    os.environ["POLYLOOP_OTEL"] = "1"
+def hand_down(asked: bool) -> None:
+    """Ask the processes this one starts (a batch's workers) to trace their runs when `asked`
+    (--otel); refused (exit 2) without polyloop[otel], and, asked or turned on by the OTEL_*
+    variables, an exporter or protocol the extra does not ship: refused here, not in each worker."""
+    if asked:
+        try:
+            import polyloop.otel  # noqa: F401
+        except ImportError:
+            raise BadInput("--otel needs the otel extra: pip install 'polyloop[otel]'") from None
+        os.environ["POLYLOOP_OTEL"] = "1"
+    if telemetry_by_env():
+        try:
+            check_exporters()
+        except ValueError as exc:  # InvalidInputError
+            raise BadInput(str(exc)) from None

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from polyloop.for_cli import capture_from_env, trace_json, trace_run
+from polyloop.for_cli import capture_from_env, otlp_traces_url, trace_json, trace_run
 from polyloop.stores import open_store
 
 from . import documents, options, terminal
@@ -49,9 +49,10 @@ def command(
 
     Without --to or --json it prints the spans as a tree.
 
-    Exit: 0 the trace was printed or sent, 1 the store failed or the
-    receiver did not take the trace, 2 bad input (unknown run id, both --to
-    and --json, --to without polyloop[otel]).
+    Exit: 0 the trace was printed or sent (a log without records has no
+    spans: nothing is sent), 1 the store failed or the receiver did not take
+    the trace, 2 bad input (unknown run id, both --to and --json, a --to that
+    is not an http:// or https:// URL, --to without polyloop[otel]).
 
     \b
     Example:
@@ -63,9 +64,13 @@ def command(
         scope.run_id = run_id
         if to is not None and json:
             raise BadInput("give --to or --json, not both")
+        if to is not None:
+            otlp_traces_url(to)  # InvalidInputError (exit 2) before the store is read
         export = _exporter() if to is not None else None
         trace = asyncio.run(_read(where, run_id))
-        if export is not None:
+        if export is not None and not trace.spans:
+            sys.stderr.write(f"nothing sent: the log of run {terminal.safe_text(run_id)} has no records, so no spans\n")
+        elif export is not None:
             try:
                 export(trace, to)
             except Exception as exc:  # the receiver refused, or is not there
@@ -99,6 +104,9 @@ def _tree(trace) -> None:  # type: ignore[no-untyped-def]
     ids = {s["span_id"] for s in doc["spans"]}
     for s in doc["spans"]:
         children.setdefault(s["parent_span_id"] if s["parent_span_id"] in ids else None, []).append(s)
+    if doc["trace_id"] is None:
+        print(f"no trace of run {terminal.safe_text(doc['run_id'])}: its log has no records")
+        return
     print(f"trace {doc['trace_id']} of run {terminal.safe_text(doc['run_id'])}")
 
     def show(span: dict, depth: int) -> None:

@@ -20,9 +20,9 @@ from ._log.names import execution_name
 from ._operate.decide import decide
 from ._operate.resolve import Settled, resolve
 from ._operate.shapes import JSON_SCHEMA
-from ._operate.trace import trace_json, trace_run
+from ._operate.trace import otlp_traces_url, trace_json, trace_run
 from ._operate.transfer import MovedRun, TransferReport, export_runs, import_runs
-from ._trace.content import capture_from_env, telemetry_by_env
+from ._trace.content import capture_from_env, check_exporters, telemetry_by_env
 from ._run.target import canonical_target
 from ._serve.access import ROLES, UsersFileError, add_user
 from ._serve.setup import Options as ServeOptions
@@ -31,8 +31,8 @@ from .stores._place import place_of
 
 __all__ = [
     "JSON_SCHEMA", "MovedRun", "Place", "ROLES", "ServeOptions", "Settled", "TransferReport", "UsersFileError",
-    "add_user", "canonical_target", "capture_from_env", "commands", "decide", "execution_name", "export_runs",
-    "import_runs", "is_loopback", "keep_file", "place_of", "read_regular", "resolve", "serve_console", "serve_port",
+    "add_user", "canonical_target", "capture_from_env", "check_exporters", "commands", "decide", "execution_name", "export_runs",
+    "import_runs", "is_loopback", "keep_file", "otlp_traces_url", "place_of", "read_regular", "resolve", "serve_console", "serve_port",
     "telemetry_by_env", "trace_json", "trace_run",
 ]
 

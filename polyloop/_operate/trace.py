@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from typing import Any
+from urllib.parse import urlsplit
 
-from .._log.errors import RunNotFoundError
+from .._log.errors import InvalidInputError, RunNotFoundError
 from .._log.store_port import Store
 from .._run.hold import read_or_none
 from .._trace.spans import Span, Trace, rebuild
@@ -30,6 +31,26 @@ async def trace_run(store: Store, run_id: str, *, content: bool = False) -> Trac
     if records is None:
         raise RunNotFoundError(run_id)
     return rebuild(records, run_id, content=content)
+
+
+def otlp_traces_url(endpoint: str) -> str:
+    """Where an OTLP/HTTP receiver takes traces: `endpoint` (`http://host:4318`) with `/v1/traces`
+    appended, or as given when it already ends so (a trailing `/` dropped).
+
+    Raises:
+        InvalidInputError: `endpoint` is not an http:// or https:// URL with a host.
+    """
+    base = endpoint.strip().rstrip("/")
+    try:
+        parts = urlsplit(base)
+        usable = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018  (a port that is not a number raises here)
+    except ValueError:  # an unclosed [ipv6], a port that is no number
+        usable = False
+    if not usable:
+        raise InvalidInputError(f"not an OTLP/HTTP receiver URL: {endpoint!r} (give http://host:4318, or the "
+                                "full .../v1/traces URL)")
+    return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
 def stamp(nanos: int) -> str:

@@ -1,4 +1,5 @@
-"""Message and argument content, recorded only when the user opts in (the conventions' switch)."""
+"""Message and argument content, recorded only when the user opts in (the conventions' switch); what
+the OTEL_* variables ask for (read without importing OpenTelemetry)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from .._log.errors import InvalidInputError
 from .._log.records import representable
 
 CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -33,13 +35,14 @@ def output_messages(output: dict[str, Any]) -> str:
     return to_json([{"role": "assistant", "parts": parts}])
 
 
-# What turns telemetry on without `--otel` (the exporter variables the OpenTelemetry SDK reads).
-TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
+# What turns telemetry on without `--otel`: the standard variables the OpenTelemetry SDK reads.
+TURN_ON = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
+           "OTEL_SERVICE_NAME")
 
 
 def telemetry_by_env(environ: Any = None) -> bool:
-    """Whether the environment asks for telemetry: an OTLP endpoint or a traces exporter other
-    than `none` is set (or `POLYLOOP_OTEL=1`, which `polyloop batch --otel` hands its worker
+    """Whether the environment asks for telemetry: an OTLP endpoint, a service name or a traces
+    exporter other than `none` is set (or `POLYLOOP_OTEL=1`, which `polyloop batch --otel` hands its worker
     processes), and `OTEL_SDK_DISABLED` is not `true`. Reads variables only."""
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
@@ -47,3 +50,36 @@ def telemetry_by_env(environ: Any = None) -> bool:
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return False
     return env.get("POLYLOOP_OTEL") == "1" or any(env.get(name) for name in TURN_ON)
+
+
+SHIPPED = ("otlp", "console", "none")  # the exporters polyloop[otel] ships
+
+
+def exporter_choice(variable: str, environ: Any = None) -> str:
+    """What `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER` asks for: `otlp` (the default),
+    `console` or `none`.
+
+    Raises:
+        InvalidInputError: an exporter polyloop[otel] does not ship.
+    """
+    env = os.environ if environ is None else environ
+    chosen = (env.get(variable) or "otlp").strip().lower()
+    if chosen not in SHIPPED:
+        raise InvalidInputError(f"{variable}={chosen}: polyloop[otel] ships the otlp, console and none exporters")
+    return chosen
+
+
+def check_exporters(environ: Any = None) -> None:
+    """Refuse what the OTEL_* variables ask for that polyloop[otel] does not ship (a gRPC protocol,
+    another exporter): before a batch starts worker processes that would each fail on it.
+
+    Raises:
+        InvalidInputError: an exporter or protocol the extra does not ship.
+    """
+    env = os.environ if environ is None else environ
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if protocol and protocol.strip() != "http/protobuf":
+        raise InvalidInputError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: polyloop[otel] exports OTLP over "
+                                "http/protobuf only")
+    exporter_choice("OTEL_TRACES_EXPORTER", env)
+    exporter_choice("OTEL_METRICS_EXPORTER", env)

@@ -3,7 +3,8 @@
 The `gen_ai.*` and `error.type` keys are the ones the
 `opentelemetry-semantic-conventions` package publishes
 (`opentelemetry.semconv._incubating.attributes.gen_ai_attributes`, version
-0.66b2: semantic conventions 1.38); they are spelled here so that the core,
+0.66b2: semantic conventions 1.44.0, as docs/how-to/see-runs-in-your-tracing-tool.md
+cites them); they are spelled here so that the core,
 which never imports OpenTelemetry, can build spans, and
 `tests/otel/test_names.py` checks each one against that package. PolyLoop's
 own facts live under `polyloop.*`.

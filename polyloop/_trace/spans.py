@@ -108,12 +108,16 @@ def trace_id_of(run_id: str) -> str:
     return hashlib.sha256(f"polyloop-run/{run_id}".encode()).hexdigest()[:32]
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
-    """(trace id, span id) of a W3C `traceparent`, or None when it is not one."""
-    if not value:
+    """(trace id, span id) of a W3C `traceparent` (lowercase hex, ids not all zeros, version not
+    `ff`), or None: a log's `trace` that is not one is ignored, as if the run was not traced."""
+    parts = value.split("-") if value else []
+    if [len(p) for p in parts[:4]] != [2, 32, 16, 2] or parts[0] == "ff":
         return None
-    parts = value.split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+    if not all(set(p) <= _HEX for p in parts) or not int(parts[1], 16) or not int(parts[2], 16):
         return None
     return parts[1], parts[2]
 

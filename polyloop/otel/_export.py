@@ -10,14 +10,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from .._operate.trace import otlp_traces_url
 from .._trace.spans import Trace
 
 _SCOPE = InstrumentationScope("polyloop")
 
 
 def readable_spans(trace: Trace, resource: Resource | None = None) -> list[ReadableSpan]:
-    """Every span of a rebuilt trace as the SDK's `ReadableSpan`, ready for any span exporter."""
-    assert trace.trace_id is not None
+    """Every span of a rebuilt trace as the SDK's `ReadableSpan`, ready for any span exporter
+    (none for a log without records)."""
+    if trace.trace_id is None:
+        return []
     tid = int(trace.trace_id, 16)
     resource = resource or Resource.create({"service.name": "polyloop"})
 
@@ -42,13 +45,18 @@ def readable_spans(trace: Trace, resource: Resource | None = None) -> list[Reada
 def export(trace: Trace, endpoint: str, *, timeout: float = 10.0) -> None:
     """Send a rebuilt trace to an OTLP/HTTP receiver (`http://host:4318`, or the full `/v1/traces` URL).
 
+    A trace without spans (a log without records) sends nothing.
+
     Raises:
+        InvalidInputError: `endpoint` is not an http:// or https:// URL.
         OSError: the receiver refused or could not be reached.
     """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
+    url = otlp_traces_url(endpoint)
+    if not trace.spans:
+        return
     exporter = OTLPSpanExporter(endpoint=url, timeout=timeout)
     try:
         result = exporter.export(readable_spans(trace, _resource()))

@@ -8,7 +8,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from .._log.errors import InvalidInputError
+from .._trace.content import check_exporters, exporter_choice
 from .._trace.content import telemetry_by_env as enabled_by_env  # noqa: F401  (re-exported)
 
 def providers_from_env() -> tuple[Any, Any]:
@@ -26,10 +26,7 @@ def providers_from_env() -> tuple[Any, Any]:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if protocol and protocol.strip() != "http/protobuf":
-        raise InvalidInputError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: polyloop[otel] exports OTLP over "
-                                "http/protobuf only")
+    check_exporters()
     resource = Resource.create({} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "polyloop"})
     tracer_provider = TracerProvider(resource=resource)
     span_exporter = _exporter("OTEL_TRACES_EXPORTER", "traces")
@@ -47,7 +44,7 @@ def providers_from_env() -> tuple[Any, Any]:
 
 
 def _exporter(variable: str, signal: str) -> Any:
-    chosen = (os.environ.get(variable) or "otlp").strip().lower()
+    chosen = exporter_choice(variable)
     if chosen == "none":
         return None
     if chosen == "console":
@@ -58,8 +55,6 @@ def _exporter(variable: str, signal: str) -> Any:
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter()
-    if chosen != "otlp":
-        raise InvalidInputError(f"{variable}={chosen}: polyloop[otel] ships the otlp, console and none exporters")
     if signal == "traces":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

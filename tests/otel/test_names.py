@@ -25,3 +25,14 @@ def test_agent_names_drop_folders() -> None:
     assert N.agent_name("examples/demo.py:agent") == "demo:agent"
     assert N.agent_name("polyloop.examples.demo:agent") == "demo:agent"
     assert N.agent_name(None) == "agent"
+
+
+def test_the_code_and_the_how_to_cite_the_same_version_of_the_conventions() -> None:
+    import re
+    from pathlib import Path
+
+    how_to = (Path(__file__).resolve().parents[2] / "docs/how-to/see-runs-in-your-tracing-tool.md").read_text()
+    cited = re.search(r"package, (\S+), which\s+publishes semantic conventions (\d+\.\d+\.\d+)", how_to)
+    assert cited is not None
+    package, conventions = cited.groups()
+    assert f"version\n{package}: semantic conventions {conventions}" in N.__doc__

@@ -56,3 +56,62 @@ def test_trace_json_and_tree_and_their_refusals(tmp_path: Path) -> None:
     with otlp_receiver(status=400) as refusing:
         refused = polyloop("trace", "r", "--dir", runs, "--to", refusing.url)
     assert refused.code == 1 and "was not sent" in refused.stderr
+
+
+def test_a_to_that_is_not_an_http_url_is_refused_in_one_line_before_anything_is_read(tmp_path: Path) -> None:
+    runs = str(tmp_path / "runs")
+    for bad in ("localhost:4318", "notaurl", "ftp://collector:4318", "", "http://", "http://[::1", "http://h:port"):
+        done = polyloop("trace", "r", "--dir", runs, "--to", bad)
+        assert done.code == 2, (bad, done.code, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "OTLP/HTTP receiver URL" in done.stderr, done.stderr
+
+
+def test_a_to_given_as_the_full_traces_url_with_a_trailing_slash_reaches_the_receiver(tmp_path: Path) -> None:
+    runs = _crashed_run(tmp_path)
+    with otlp_receiver() as receiver:
+        done = polyloop("trace", "r", "--dir", runs, "--to", receiver.url + "/v1/traces/")
+    assert done.code == 0, done.stderr
+    assert len(receiver.spans) == 5  # p0, s1-m1, s1-a1, s2-m1 and s2-a1 (cut)
+
+
+def test_a_log_without_records_has_no_spans_and_nothing_is_sent(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "e.jsonl").write_text('{"record": "run_started", "run_id": "e"')  # killed while writing its first
+    tree = polyloop("trace", "e", "--dir", str(runs))
+    assert tree.code == 0 and tree.stdout == "no trace of run e: its log has no records\n", tree
+    doc = polyloop("trace", "e", "--dir", str(runs), "--json")
+    assert doc.code == 0 and doc.json() == {"schema": 1, "run_id": "e", "trace_id": None, "spans": []}
+    with otlp_receiver() as receiver:
+        sent = polyloop("trace", "e", "--dir", str(runs), "--to", receiver.url)
+    assert sent.code == 0 and "nothing sent" in sent.stderr and "Error" not in sent.stderr, sent.stderr
+    assert receiver.spans == []
+
+
+def test_a_recorded_trace_context_that_is_no_traceparent_is_ignored_and_the_traced_resume_still_runs(
+        tmp_path: Path) -> None:
+    runs = _crashed_run(tmp_path, kill_in="fetch")  # a safe action cut: the resume replays it
+    log = Path(runs, "r.jsonl")
+    lines = log.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["trace"] = "00-" + "z" * 32 + "-" + "y" * 16 + "-01"  # hand-edited, or another tool's
+    log.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    with otlp_receiver() as live:
+        done = polyloop("resume", "r", "--dir", runs, "--otel",
+                        env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=live.url, OTEL_METRICS_EXPORTER="none"))
+        assert done.code == 0, done.stderr
+    assert live.spans and {s.trace_id for s in live.spans} == {trace_id_of("r")}
+    with otlp_receiver() as again:
+        sent = polyloop("trace", "r", "--dir", runs, "--to", again.url)
+    assert sent.code == 0, sent.stderr
+    assert {s.span_id for s in live.spans} <= {s.span_id for s in again.spans}
+
+
+def test_only_a_w3c_traceparent_is_taken_as_one() -> None:
+    from polyloop._trace.spans import parse_traceparent
+
+    tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    assert parse_traceparent(f"00-{tid}-{sid}-01") == (tid, sid)
+    for bad in (f"00-{tid.upper()}-{sid}-01", f"00-{'0' * 32}-{sid}-01", f"00-{tid}-{'0' * 16}-01",
+                f"ff-{tid}-{sid}-01", f"00-{'g' * 32}-{sid}-01", f"00-{tid}-{sid}-zz", "", "00-1-2-01"):
+        assert parse_traceparent(bad) is None, bad
