@@ -12,6 +12,7 @@ tracing is on: a run without it never reaches this module.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -29,6 +30,7 @@ from .._log.store_port import capabilities_of
 from .._trace import names as N
 from .._trace.spans import Change, Span, Trace, derived_id, traceparent
 
+_log = logging.getLogger("polyloop.otel")
 _HISTORIC = (N.ERROR_CUT, N.ERROR_CRASHED)  # spans a crashed process could not report: its resumer does
 
 
@@ -170,6 +172,7 @@ class TracedStore:
         self._telemetry = telemetry
         self._on_release = on_release  # e.g. flush the exporters: a batch kills its workers at the end
         self._runs: dict[str, Trace] = {}
+        self._untraced: set[str] = set()  # runs whose tracing failed: they go on, unreported
         self.capabilities = capabilities_of(store)
 
     def __getattr__(self, name: str) -> Any:
@@ -189,29 +192,57 @@ class TracedStore:
         return self._inner
 
     async def _seen(self, run_id: str, record: Record) -> Record:
+        """`record` as it is to be written, after reporting what it means.
+
+        Tracing never fails a run: an error of the mapping, the SDK or an
+        exporter stops the tracing of that run (said once, as a warning)
+        and the record is written as it would be untraced.
+        """
+        if run_id in self._untraced:
+            return record
         run = self._runs.get(run_id)
         if run is None:
             epoch = self._inner.lease_epoch(run_id) if self.capabilities.fencing else None
-            run = self._runs[run_id] = Trace(run_id, content=self._telemetry.content, live=True, lease_epoch=epoch)
-            if not isinstance(record, RunStarted):
-                for old in await self._inner.read_log(run_id):
+            history = [] if isinstance(record, RunStarted) else list(await self._inner.read_log(run_id))
+            try:
+                run = Trace(run_id, content=self._telemetry.content, live=True, lease_epoch=epoch)
+                for old in history:
                     run.feed(old)
-            run.go_live()
-        changes = run.feed(record)
-        self._telemetry.apply(run, changes)
-        if isinstance(record, (RunStarted, Resumed)) and run.processes and run.processes[-1].live:
-            assert run.trace_id is not None
-            record = replace(record, trace=traceparent(run.trace_id, run.processes[-1].span_id))
+                run.go_live()
+            except Exception as exc:
+                self._give_up(run_id, exc)
+                return record
+            self._runs[run_id] = run
+        try:
+            self._telemetry.apply(run, run.feed(record))
+            if isinstance(record, (RunStarted, Resumed)) and run.processes and run.processes[-1].live:
+                assert run.trace_id is not None
+                record = replace(record, trace=traceparent(run.trace_id, run.processes[-1].span_id))
+        except Exception as exc:
+            self._give_up(run_id, exc)
         return record
+
+    def _give_up(self, run_id: str, exc: Exception) -> None:
+        self._runs.pop(run_id, None)
+        self._untraced.add(run_id)
+        with contextlib.suppress(Exception):
+            self._telemetry.abandon(run_id)
+        _log.warning("polyloop: tracing of run %s stopped (%s: %s); the run goes on untraced",
+                     run_id, type(exc).__name__, exc)
 
     def release(self, run_id: str, error: str | None = None) -> None:
         """This process lets the run go: end its `invoke_agent` span."""
+        self._untraced.discard(run_id)
         run = self._runs.pop(run_id, None)
         if run is not None:
-            self._telemetry.apply(run, run.end_process(_now(), error))
-            self._telemetry.abandon(run_id)
-            if self._on_release is not None:
-                self._on_release()
+            try:
+                self._telemetry.apply(run, run.end_process(_now(), error))
+                self._telemetry.abandon(run_id)
+                if self._on_release is not None:
+                    self._on_release()
+            except Exception as exc:
+                _log.warning("polyloop: the trace of run %s could not be ended (%s: %s)",
+                             run_id, type(exc).__name__, exc)
 
     def close(self) -> None:
         """End the span of every run this store still reports for."""
