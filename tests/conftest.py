@@ -126,28 +126,34 @@ def _compile_for_children() -> None:
             compileall.compile_dir(where, quiet=2, rx=skip, workers=1)
 
 
-# The modules that take longest (most of a minute of a core each, measured with `--durations`),
+# The modules that take longest (8 to 40 s each, their tests' times summed from `--junitxml`),
 # longest first. pytest-xdist hands a module's tests to one worker (`--dist loadscope`) in collection
 # order: starting these first keeps a long module from starting last while the other core idles.
 LONGEST_FIRST = (
-    "tests/cli/test_cli_decisions.py",
-    "tests/providers/anthropic/test_anthropic_crash.py",
+    "tests/crash/test_powerloss.py",
     "tests/docs/test_doc_commands.py",
+    "tests/fleet/batch/test_batch_advice.py",
     "tests/stores/postgres/test_pg_batch.py",
-    "tests/stores/postgres/test_pg_ls.py",
-    "tests/cli/test_cli_keys.py",
-    "tests/stores/postgres/test_pg_cancel_archive.py",
-    "tests/crash/test_kill_points.py",
-    "tests/cli/test_cli_paste_anywhere.py",
-    "tests/stores/postgres/test_pg_cli_secrets.py",
-    "tests/crash/test_artifact_kill_points.py",
-    "tests/crash/test_archive_kill_points.py",
-    "tests/examples/test_example_anthropic_agent.py",
-    "tests/stores/postgres/test_pg_completion.py",
+    "tests/serve/test_console_decides.py",
+    "tests/stores/postgres/test_pg_worker_cli.py",
+    "tests/fleet/batch/test_batch_cli.py",
+    "tests/stores/postgres/test_pg_queue.py",
     "tests/stores/postgres/test_pg_faults.py",
+    "tests/serve/test_console_security.py",
+    "tests/stores/postgres/test_pg_ls.py",
+    "tests/property/test_reader_fuzz.py",
+    "tests/property/test_log_properties.py",
+    "tests/crash/test_powerloss_teeth.py",
+    "tests/cli/test_cli_ls.py",
+    "tests/mcp/test_real_servers.py",
+    "tests/crash/test_storage_faults.py",
+    "tests/crash/test_archive_kill_points.py",
+    "tests/stores/postgres/test_pg_workers.py",
+    "tests/fleet/batch/test_batch_outage.py",
+    "tests/docs/test_doc_python.py",
     "tests/cli/test_cli_outages.py",
-    "tests/crash/test_validity_crash.py",
-    "tests/cli/test_cli_inspect.py",
+    "tests/cli/test_cli_decisions.py",
+    "tests/cli/test_cli_paste_anywhere.py",
 )
 
 
