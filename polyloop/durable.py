@@ -91,6 +91,8 @@ class _Fingerprint:
 class _LoopAgent(Agent):
     """The configuration of a user's loop, recorded and compared as an `Agent`'s is."""
 
+    _loop = LOOP
+
     def config(self, max_steps: int | None = None, *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return {**super().config(max_steps, inputs=inputs), "loop": LOOP}
 
@@ -225,9 +227,7 @@ async def open_run(
     resume = resuming(run_id) or Resume(inputs, accept_changes, accept_crash_loop, reason, by)
     ask = _ask(agent, goal, run_id, target=canonical_target(target) if target else None, max_steps=None,
                new=new, inputs=inputs if inputs is not None else resume.inputs, resume=resume)
-    async with opened(agent, store, ask, resume) as run:
-        if run.walker.started is not None and run.walker.started.config.get("loop") != LOOP:
-            raise InvalidInputError(f"run {ask.run_id!r} is a polyloop.Agent's run: resume it with Agent.run")
+    async with opened(agent, store, ask, resume) as run:  # refuses a run a polyloop.Agent started
         await run.open()
         yield DurableRun(LoopSteps(run))
 

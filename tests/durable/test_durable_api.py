@@ -205,3 +205,18 @@ def test_an_agent_run_is_not_opened_as_a_loop():
             async with durable.open_run("a", store=store):
                 pass
     asyncio.run(go())
+
+
+def test_a_loops_run_is_not_taken_over_by_an_agent_even_accepting_changes():
+    from polyloop import Agent, ScriptedModel
+
+    async def go():
+        store = MemoryStore()
+        with pytest.raises(Crash):
+            await loop(SCRIPT, fresh(), crash_in=("pay", {"n": 1}))("r", store)
+        before = [r.TAG for r in await store.read_log("r")]
+        agent = Agent(model=ScriptedModel([{"final": "x"}]))
+        with pytest.raises(InvalidInputError, match="user's loop"):
+            await agent.run("g", run_id="r", store=store, accept_changes=True, reason="take it over")
+        assert [r.TAG for r in await store.read_log("r")] == before  # nothing written
+    asyncio.run(go())
