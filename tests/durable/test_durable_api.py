@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -220,3 +221,25 @@ def test_a_loops_run_is_not_taken_over_by_an_agent_even_accepting_changes():
             await agent.run("g", run_id="r", store=store, accept_changes=True, reason="take it over")
         assert [r.TAG for r in await store.read_log("r")] == before  # nothing written
     asyncio.run(go())
+
+
+def test_inspect_never_calls_a_loops_entry_point_to_check_its_validity(tmp_path):
+    from support.cli import polyloop_in_process
+
+    from polyloop.stores import JsonlStore
+
+    marker = tmp_path / "called"
+    entry = tmp_path / "entry.py"
+    entry.write_text(f"def main(run_id='r', store=None, goal='g'):\n    open({str(marker)!r}, 'w').close()\n")
+
+    async def crash() -> None:
+        async with durable.open_run("r", store=JsonlStore(tmp_path / "runs"), goal="g", target=f"{entry}:main",
+                                    tools={"pay": "never"}) as run:
+            await run.model_call(lambda: Reply(calls=(("pay", {"n": 1}),)))
+            raise Crash
+    with pytest.raises(Crash):
+        asyncio.run(crash())
+    shown = polyloop_in_process("inspect", "r", "--json", "--dir", str(tmp_path / "runs"))
+    assert shown.code == 0, shown.stderr
+    assert "user's loop" in json.loads(shown.stdout)["validity"]["not_checked"]
+    assert not marker.exists()  # inspecting a run never runs its loop
