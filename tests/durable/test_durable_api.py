@@ -243,3 +243,24 @@ def test_inspect_never_calls_a_loops_entry_point_to_check_its_validity(tmp_path)
     assert shown.code == 0, shown.stderr
     assert "user's loop" in json.loads(shown.stdout)["validity"]["not_checked"]
     assert not marker.exists()  # inspecting a run never runs its loop
+
+
+def test_resume_names_an_entry_point_that_cannot_take_run_id_store_and_goal(tmp_path):
+    from support.cli import polyloop_in_process
+
+    from polyloop.stores import JsonlStore
+
+    entry = tmp_path / "entry.py"
+    entry.write_text("async def main(run_id, store):\n    raise AssertionError('never called')\n")
+
+    async def crash() -> None:
+        async with durable.open_run("r", store=JsonlStore(tmp_path / "runs"), goal="g", target=f"{entry}:main",
+                                    tools={"look": "safe"}) as run:
+            await run.model_call(lambda: Reply(calls=(("look", {"n": 1}),)))
+            raise Crash
+    with pytest.raises(Crash):
+        asyncio.run(crash())
+    refused = polyloop_in_process("resume", "r", "--dir", str(tmp_path / "runs"))
+    assert refused.code == 2, refused.stderr  # a target error, not an internal one
+    assert "main(run_id, store) cannot be called as main(run_id=..., store=..., goal=...)" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
