@@ -1,4 +1,8 @@
-"""`polyloop.pydantic_ai`: an existing Pydantic AI agent on a PolyLoop log (no network, and OpenAI over a real socket)."""
+"""`polyloop.pydantic_ai`: an existing Pydantic AI agent on a PolyLoop log (no network, and OpenAI over a real socket).
+
+The OpenAI agent is SIGKILLed at the same kill points as the loops of test_loop_kill_points.py: two
+by default, every one under the slow marker (CI's `pytest -m slow`, or POLYLOOP_ALL_KILL_POINTS=1).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("pydantic_ai")
 
 import loops  # noqa: E402
-from worlds import RUN_ID, World  # noqa: E402
+from worlds import MATRIX, RUN_ID, World, model_window  # noqa: E402
 
 from polyloop import ApprovalRequiredError  # noqa: E402
 from polyloop.testing import FakeOpenAIServer, FakeResponse, MemoryStore  # noqa: E402
@@ -79,16 +83,18 @@ def _fake_answer(body: dict[str, Any]) -> FakeResponse:
     return FakeResponse.final("done", usage=(30, 5))
 
 
-@pytest.mark.parametrize(("point", "paid"), [("before:model_call_result:2", 4), ("after:intent:action:3", 3)])
-def test_an_openai_agent_killed_mid_run_resumes_over_a_real_socket_without_paying_twice(tmp_path, point, paid):
+@pytest.mark.parametrize("point", MATRIX)
+def test_an_openai_agent_killed_mid_run_resumes_over_a_real_socket_without_paying_twice(tmp_path, point):
+    paid = 3 + (model_window(point) is not None)  # only a call whose answer was not durable is paid again
     with FakeOpenAIServer(responder=_fake_answer) as server:
         world = World(tmp_path, "openai")
         world.env["FAKE_OPENAI_URL"] = server.base_url
         assert world.child(point) == -9
         world.recover()
-        assert len(server.chat_requests) == paid  # only a call whose answer was not durable is paid again
+        assert len(server.chat_requests) == paid, (point, len(server.chat_requests))
     doc = json.loads(world.cli("inspect", RUN_ID, "--json").stdout)
     assert (doc["status"], doc["result"]) == ("finished", "done"), doc
     effects = world.ledger("effects.jsonl")
     for amount in (3, 5):
         assert sum(e["args"] == {"amount": amount} for e in effects) == 1, effects
+
