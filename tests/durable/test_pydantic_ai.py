@@ -98,3 +98,38 @@ def test_an_openai_agent_killed_mid_run_resumes_over_a_real_socket_without_payin
     for amount in (3, 5):
         assert sum(e["args"] == {"amount": amount} for e in effects) == 1, effects
 
+
+def test_a_conditional_approval_is_a_policy_predicate_and_only_the_calls_it_picks_wait():
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from polyloop import approve
+    from polyloop.durable import ToolPolicy
+    from polyloop.pydantic_ai import PolyLoopAgent
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        if any(m.kind == "response" for m in messages):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("wire", {"amount": 50}), ToolCallPart("wire", {"amount": 900})])
+
+    agent = Agent(FunctionModel(model))
+    wired: list[int] = []
+
+    @agent.tool_plain
+    def wire(amount: int) -> str:
+        wired.append(amount)
+        return f"wired {amount}"
+
+    durable = PolyLoopAgent(agent, tools={"wire": ToolPolicy(approval=lambda args: args["amount"] > 100)})
+
+    async def go() -> None:
+        store = MemoryStore()
+        with pytest.raises(ApprovalRequiredError) as caught:
+            await durable.run("wire", run_id="w", store=store)
+        assert [r.args for r in caught.value.requests] == [{"amount": 900}] and wired == []
+        await approve(store, "w", caught.value.requests[0].result_id, reason="checked")
+        done = await durable.run(run_id="w", store=store)
+        assert (done.reason, wired) == ("final_answer", [50, 900])
+
+    asyncio.run(go())
