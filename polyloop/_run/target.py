@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import importlib
 import importlib.machinery
 import importlib.util
@@ -280,7 +282,10 @@ async def _call_entry(target: str, run_id: str, store: Store, goal: str, resume:
         pass  # no signature to read (a builtin): the call itself says
     with resume_as(run_id, resume):
         try:
-            value = fn(run_id=run_id, store=store, goal=goal)
+            if inspect.iscoroutinefunction(fn):
+                value = await fn(run_id=run_id, store=store, goal=goal)
+            else:  # a synchronous loop runs in a thread; its open_run_sync works on this event loop
+                value = await asyncio.to_thread(fn, run_id=run_id, store=store, goal=goal)
             if inspect.isawaitable(value):
                 value = await value
         except RunEnded as ended:
