@@ -264,3 +264,13 @@ def test_resume_names_an_entry_point_that_cannot_take_run_id_store_and_goal(tmp_
     assert refused.code == 2, refused.stderr  # a target error, not an internal one
     assert "main(run_id, store) cannot be called as main(run_id=..., store=..., goal=...)" in refused.stderr
     assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_resume_help_says_how_a_users_loop_is_resumed():
+    from support.cli import polyloop_in_process
+
+    shown = polyloop_in_process("resume", "--help", env={"COLUMNS": "200"})
+    assert shown.code == 0
+    text = " ".join(shown.stdout.split())
+    assert "resumes by calling its entry point, `function(run_id=..., store=..., goal=...)`" in text
+    assert "refused (exit 4)" in text
