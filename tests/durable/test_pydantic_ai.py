@@ -67,6 +67,8 @@ def test_a_deferred_approval_waits_on_the_record_and_polyloop_approve_releases_i
     assert (request.tool, request.args) == ("wire", {"amount": 900})
     waiting = world.cli("resume", RUN_ID)
     assert waiting.code == 3 and "polyloop approve" in waiting.stderr
+    listed = json.loads(world.cli("ls", "--json").stdout)  # ls sees the loop's run as it sees an Agent's
+    assert [(r["run_id"], r["status"], r["waiting_kinds"]) for r in listed] == [(RUN_ID, "needs_operator", ["approval"])]
     assert world.cli("approve", RUN_ID, request.result_id, "--reason", "checked", "--by", "al").code == 0
     done = world.cli("resume", RUN_ID)  # calls approval_main, the recorded entry point
     assert done.code == 0, done.stderr
