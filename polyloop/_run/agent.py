@@ -249,8 +249,7 @@ class Agent:
                 configuration changed since the start (nothing was written).
             CrashLoopError: resuming, the run was resumed its crash-loop
                 budget of times without completing a step (nothing was written).
-            InvalidInputError: an input cannot be read, or an acceptance has no reason, or
-                the run is a user's loop's (`polyloop.durable`), which only its loop resumes.
+            InvalidInputError: an input or an acceptance's reason is bad, or the run is a user's loop's.
             ModelCallError: the model call failed; the run stays resumable.
             StoreError: the store failed; the run stops and stays resumable.
             CheckpointError: resuming, a product the run referenced is missing
