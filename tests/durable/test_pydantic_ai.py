@@ -135,3 +135,57 @@ def test_a_conditional_approval_is_a_policy_predicate_and_only_the_calls_it_pick
         assert (done.reason, wired) == ("final_answer", [50, 900])
 
     asyncio.run(go())
+
+
+class _Crash(BaseException):
+    """Stands for the process dying inside a tool (the run keeps what is durable)."""
+
+
+def test_a_streamed_request_is_a_durable_model_call_and_its_events_reach_the_handler():
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel
+
+    from polyloop.pydantic_ai import PolyLoopAgent
+
+    streamed: list[int] = []
+
+    async def stream(messages: list[Any], info: Any) -> Any:
+        step = sum(1 for m in messages if m.kind == "response") + 1
+        streamed.append(step)
+        if step == 1:
+            yield {0: DeltaToolCall(name="pay", json_args='{"amount": 3}')}
+        else:
+            yield "done"
+
+    agent = Agent(FunctionModel(stream_function=stream))  # no `function`: only a streamed request can answer
+    paid: list[int] = []
+
+    @agent.tool_plain
+    def pay(amount: int) -> str:
+        paid.append(amount)
+        if len(paid) == 1:
+            raise _Crash
+        return "paid"
+
+    seen: list[str] = []
+
+    async def handler(ctx: Any, events: Any) -> None:
+        async for event in events:
+            seen.append(event.event_kind)
+
+    durable = PolyLoopAgent(agent, tools={"pay": "safe"})
+
+    async def go() -> None:
+        store = MemoryStore()
+        with pytest.raises(_Crash):
+            await durable.run("pay", run_id="s", store=store, agent_event_stream_handler=handler)
+        assert streamed == [1] and "part_start" in seen
+        seen.clear()
+        done = await durable.run(run_id="s", store=store, agent_event_stream_handler=handler)
+        assert (done.reason, done.text) == ("final_answer", "done")
+        assert streamed == [1, 2]  # step 1's answer came from the log: not streamed (paid) again
+        assert paid == [3, 3] and "part_start" in seen  # the safe call replayed; the replayed answer's events shown
+        tags = [r.TAG for r in await store.read_log("s")]
+        assert tags.count("model_call_result") == 2
+
+    asyncio.run(go())
