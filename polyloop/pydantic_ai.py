@@ -73,7 +73,7 @@ def _open() -> _Open:
 class PolyLoopModel(WrapperModel):
     """The agent's model, each request a durable PolyLoop model call (replayed from the log on resume).
 
-    A streamed request (`run_stream`, an `event_stream_handler`) is one too: the
+    A streamed request (an `event_stream_handler`: `agent_event_stream_handler=`) is one too: the
     wrapped model's stream is drained inside the call, and the recorded
     response is handed to the stream's consumer as events once it is durable.
     """
