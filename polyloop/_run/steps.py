@@ -25,6 +25,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from .._log.divergence import DivergenceError
 from .._log.errors import AlertError, ApprovalRequiredError, InvalidInputError, NeedsOperatorError
 from .._log.model_port import ModelOutput, ToolCall, Usage, _History
@@ -238,7 +240,12 @@ class LoopSteps:
                     reply = await ask()
                     if not isinstance(reply, Reply):
                         raise TypeError(f"a loop's model call returned {type(reply).__name__}, not Reply")
-                    return _Answer(reply)
+                    answer = _Answer(reply)
+                    try:
+                        orjson.dumps(answer.to_json())
+                    except TypeError as exc:  # a failed model call, not the store's failure to write it
+                        raise TypeError(f"a loop's reply must be JSON (its calls' args, its raw): {exc}") from None
+                    return answer
 
                 refused = await call_model(self.run, self.run.outage, [], planned, self.history, answer)
                 if refused is not None:

@@ -274,3 +274,16 @@ def test_resume_help_says_how_a_users_loop_is_resumed():
     text = " ".join(shown.stdout.split())
     assert "resumes by calling its entry point, `function(run_id=..., store=..., goal=...)`" in text
     assert "refused (exit 4)" in text
+
+
+def test_a_reply_that_is_not_json_is_a_failed_model_call_not_a_store_failure():
+    from polyloop import ModelCallError
+
+    async def go():
+        store = MemoryStore()
+        with pytest.raises(ModelCallError, match="a loop's reply must be JSON"):
+            async with durable.open_run("r", store=store, goal="g", tools={"pay": "never"}) as run:
+                await run.model_call(lambda: Reply(calls=(("pay", {"when": object()}),)))
+        results = [r for r in await store.read_log("r") if r.TAG == "model_call_result"]
+        assert [(r.output, "must be JSON" in (r.error or "")) for r in results] == [(None, True)]  # recorded, resumable
+    asyncio.run(go())
