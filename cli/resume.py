@@ -68,7 +68,9 @@ def command(
     refuses the resume (exit 4) naming it; start over under a new run id,
     or continue with --accept-changes --reason TEXT (written to the log). A
     run resumed its crash-loop budget of times without completing a step
-    stops (exit 3) until --accept-crash-loop --reason TEXT lifts it.
+    stops (exit 3) until --accept-crash-loop --reason TEXT lifts it. A run of your own loop (polyloop.durable)
+    resumes by calling its entry point, `function(run_id=..., store=..., goal=...)`: the loop runs again
+    against its log, and a call that differs from what the log records is refused (exit 4) before it runs.
 
     Exit: 0 finished, 1 the run ended in an error or a tool spent its
     failure budget (or the log is corrupt, or the model call failed: resume

@@ -36,7 +36,7 @@ from ._log.store_port import Store
 from ._run.agent import Agent, _ask, default_directory, opened
 from ._run.result import RunResult
 from ._run.resume import Resume
-from ._run.steps import LoopSteps, Outcome, Reply, RunEnded, StepTool, resuming
+from ._run.steps import LoopSteps, Outcome, Reply, RunEnded, StepTool, resuming, resuming_loop
 from ._run.target import canonical_target
 from ._run.tools import Approval, Replay
 from .stores._jsonl import JsonlStore
@@ -90,6 +90,8 @@ class _Fingerprint:
 
 class _LoopAgent(Agent):
     """The configuration of a user's loop, recorded and compared as an `Agent`'s is."""
+
+    _loop = LOOP
 
     def config(self, max_steps: int | None = None, *, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return {**super().config(max_steps, inputs=inputs), "loop": LOOP}
@@ -225,9 +227,7 @@ async def open_run(
     resume = resuming(run_id) or Resume(inputs, accept_changes, accept_crash_loop, reason, by)
     ask = _ask(agent, goal, run_id, target=canonical_target(target) if target else None, max_steps=None,
                new=new, inputs=inputs if inputs is not None else resume.inputs, resume=resume)
-    async with opened(agent, store, ask, resume) as run:
-        if run.walker.started is not None and run.walker.started.config.get("loop") != LOOP:
-            raise InvalidInputError(f"run {ask.run_id!r} is a polyloop.Agent's run: resume it with Agent.run")
+    async with opened(agent, store, ask, resume) as run:  # refuses a run a polyloop.Agent started
         await run.open()
         yield DurableRun(LoopSteps(run))
 
@@ -279,9 +279,18 @@ class SyncRun:
 
 
 class _Portal:
-    """An event loop in a thread of its own, where a synchronous loop's run is held and written."""
+    """An event loop in a thread of its own, where a synchronous loop's run is held and written.
 
-    def __init__(self) -> None:
+    Under `polyloop resume` (its entry point called in a thread) it is resume's
+    own event loop instead, which serves the store resume gave the loop.
+    """
+
+    def __init__(self, run_id: str | None = None) -> None:
+        self.thread: threading.Thread | None = None
+        host = resuming_loop(run_id)
+        if host is not None:
+            self.loop = host
+            return
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="polyloop-durable", daemon=True)
         self.thread.start()
@@ -290,6 +299,8 @@ class _Portal:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:
+        if self.thread is None:
+            return  # resume's loop: not ours to stop
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join()
         self.loop.close()
@@ -300,9 +311,11 @@ def open_run_sync(run_id: str | None = None, **options: Any) -> Iterator[SyncRun
     """`open_run` for a synchronous loop: the same arguments; the calls block.
 
     The run is held, and its records written, on an event loop in a thread
-    of its own; the loop's functions run there, one at a time.
+    of its own; the loop's functions run there, one at a time. Under
+    `polyloop resume` (which calls a synchronous entry point in a thread) that
+    event loop is resume's own, the one the store it hands the loop serves.
     """
-    portal = _Portal()
+    portal = _Portal(run_id)
     try:
         cm = open_run(run_id, **options)
         run = portal.call(cm.__aenter__())

@@ -23,8 +23,9 @@ with Pydantic AI's `DeferredToolRequests`. Needs the `pydantic-ai` extra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -40,7 +41,7 @@ with needs_extra("pydantic_ai", "pydantic-ai", "polyloop.pydantic_ai needs Pydan
     from pydantic_ai import Agent as PydanticAgent
     from pydantic_ai.exceptions import ModelRetry
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
-    from pydantic_ai.models import ModelRequestParameters, infer_model
+    from pydantic_ai.models import ModelRequestParameters, StreamedResponse, infer_model
     from pydantic_ai.models.wrapper import WrapperModel
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import RunContext
@@ -70,7 +71,12 @@ def _open() -> _Open:
 
 
 class PolyLoopModel(WrapperModel):
-    """The agent's model, each request a durable PolyLoop model call (replayed from the log on resume)."""
+    """The agent's model, each request a durable PolyLoop model call (replayed from the log on resume).
+
+    A streamed request (an `event_stream_handler`: `agent_event_stream_handler=`) is one too: the
+    wrapped model's stream is drained inside the call, and the recorded
+    response is handed to the stream's consumer as events once it is durable.
+    """
 
     async def request(
         self,
@@ -78,23 +84,66 @@ class PolyLoopModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        current = _open()
-        functions = {t.name for t in model_request_parameters.function_tools}
+        async def fetch() -> ModelResponse:
+            return await self.wrapped.request(messages, model_settings, model_request_parameters)
 
-        async def ask() -> Reply:
-            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
-            calls = tuple((p.tool_name, p.args_as_dict()) for p in response.parts
-                          if isinstance(p, ToolCallPart) and p.tool_name in functions)
-            u = response.usage
-            usage = Usage(u.input_tokens or 0, u.output_tokens or 0)
-            return Reply(calls, response.text, _RESPONSE.dump_python(response, mode="json"), usage)
+        return await _durable_request(model_request_parameters, fetch)
 
-        reply = await current.run.model_call(ask)
-        response = _RESPONSE.validate_python(reply.raw)
-        for part in response.parts:
-            if isinstance(part, ToolCallPart):
-                current.calls[part.tool_call_id] = (part.tool_name, part.args_as_dict())
-        return response
+    @contextlib.asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        completed = _completed_stream()  # before anything is paid
+
+        async def fetch() -> ModelResponse:
+            async with self.wrapped.request_stream(messages, model_settings, model_request_parameters,
+                                                   run_context) as stream:
+                async for _ in stream:
+                    pass
+            return stream.get()
+
+        response = await _durable_request(model_request_parameters, fetch)
+        yield completed(response, model_request_parameters=model_request_parameters, replay_events=True)
+
+
+def _completed_stream() -> Any:
+    """Pydantic AI's `CompletedStreamedResponse`, when it can replay a response as events (`replay_events`)."""
+    import inspect
+
+    from pydantic_ai import models
+    from pydantic_ai.exceptions import UserError
+
+    completed = getattr(models, "CompletedStreamedResponse", None)
+    if completed is None or "replay_events" not in inspect.signature(completed).parameters:
+        raise UserError("a streamed request under PolyLoopAgent needs a Pydantic AI whose CompletedStreamedResponse "
+                        "replays events (replay_events): upgrade pydantic-ai-slim, or run without streaming")
+    return completed
+
+
+async def _durable_request(parameters: ModelRequestParameters, fetch: Callable[[], Awaitable[ModelResponse]],
+                           ) -> ModelResponse:
+    """One model request as a durable model call: `fetch()` runs only when the log does not hold it."""
+    current = _open()
+    functions = {t.name for t in parameters.function_tools}
+
+    async def ask() -> Reply:
+        response = await fetch()
+        calls = tuple((p.tool_name, p.args_as_dict()) for p in response.parts
+                      if isinstance(p, ToolCallPart) and p.tool_name in functions)
+        u = response.usage
+        usage = Usage(u.input_tokens or 0, u.output_tokens or 0)
+        return Reply(calls, response.text, _RESPONSE.dump_python(response, mode="json"), usage)
+
+    reply = await current.run.model_call(ask)
+    response = _RESPONSE.validate_python(reply.raw)
+    for part in response.parts:
+        if isinstance(part, ToolCallPart):
+            current.calls[part.tool_call_id] = (part.tool_name, part.args_as_dict())
+    return response
 
 
 @dataclasses.dataclass

@@ -78,6 +78,9 @@ def checkpoint_verdict(walker: Walker) -> dict[str, Any]:
     assert started is not None
     if not started.target:
         return {"valid": None, "differences": [], "not_checked": "no target recorded (the run was started from Python)"}
+    if started.config.get("loop") == "own":  # its target is an entry point that runs the loop: never called here
+        return {"valid": None, "differences": [], "not_checked": "a run of a user's loop (polyloop.durable): its "
+                "configuration is compared when its entry point opens it again (polyloop resume)"}
     try:
         agent = load_target(started.target)
         diffs = differences(started, walker.accepted, agent)

@@ -89,6 +89,11 @@ class Agent:
             lifts it. None: no budget.
     """
 
+    # What `run_started.config.loop` its runs record: None for this built-in
+    # loop, "own" for a user's loop (`polyloop.durable`). A run is only ever
+    # opened by the kind of loop that started it.
+    _loop: str | None = None
+
     def __init__(
         self,
         *,
@@ -244,7 +249,7 @@ class Agent:
                 configuration changed since the start (nothing was written).
             CrashLoopError: resuming, the run was resumed its crash-loop
                 budget of times without completing a step (nothing was written).
-            InvalidInputError: an input cannot be read, or an acceptance has no reason.
+            InvalidInputError: an input or an acceptance's reason is bad, or the run is a user's loop's.
             ModelCallError: the model call failed; the run stays resumable.
             StoreError: the store failed; the run stops and stays resumable.
             CheckpointError: resuming, a product the run referenced is missing
@@ -321,6 +326,8 @@ async def opened(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -
             raise RunExistsError(run_id)
         walker = await walk_checked(records, run_id)
         assert walker.started is not None
+        if walker.started.config.get("loop") != agent._loop:
+            raise InvalidInputError(_other_loop(run_id, walker.started.config.get("loop")))
         if ask.goal is not None and ask.goal != walker.started.goal:
             raise RunMismatchError(run_id, "goal", walker.started.goal, ask.goal)
         recorded = max_steps_of(walker.started)
@@ -329,6 +336,13 @@ async def opened(agent: Agent, store: Store, ask: _Ask, resume: Resume | None) -
         if resume is None or not resume.accept_changes:  # accepted changes are weighed by Resume.open
             await check_artifacts(store, walker)
         yield _Run(agent, store, walker, resume)
+
+
+def _other_loop(run_id: str, recorded: Any) -> str:
+    if recorded is None:
+        return f"run {run_id!r} is a polyloop.Agent's run: resume it with Agent.run (or `polyloop resume {run_id}`)"
+    return (f"run {run_id!r} is a run of a user's loop (polyloop.durable): resume it with its loop's "
+            f"open_run (or `polyloop resume {run_id}`), not with Agent.run")
 
 
 async def _start(store: Store, ask: _Ask) -> RunStarted:

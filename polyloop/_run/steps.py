@@ -25,6 +25,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from .._log.divergence import DivergenceError
 from .._log.errors import AlertError, ApprovalRequiredError, InvalidInputError, NeedsOperatorError
 from .._log.model_port import ModelOutput, ToolCall, Usage, _History
@@ -62,8 +64,10 @@ if TYPE_CHECKING:
 NOT_CALLED = "error: the loop did not make this call"
 
 # How `resume_run` asks for a run of a user's loop: it calls the loop's entry
-# point, whose `polyloop.durable.open_run` of that run id resumes it this way.
-_RESUMING: ContextVar[tuple[str, Resume] | None] = ContextVar("polyloop_resuming", default=None)
+# point, whose `polyloop.durable.open_run` of that run id resumes it this way
+# (and whose `open_run_sync`, in a thread of its own, runs on resume's event loop).
+_RESUMING: ContextVar[tuple[str, Resume, asyncio.AbstractEventLoop] | None] = ContextVar(
+    "polyloop_resuming", default=None)
 
 
 def resuming(run_id: str | None) -> Resume | None:
@@ -72,10 +76,26 @@ def resuming(run_id: str | None) -> Resume | None:
     return asked[1] if asked is not None and asked[0] == run_id else None
 
 
+def resuming_loop(run_id: str | None) -> asyncio.AbstractEventLoop | None:
+    """The event loop of the `resume_run` resuming `run_id`, for a synchronous loop's run outside it.
+
+    That loop serves the store resume was given (a `PostgresStore` serves one
+    event loop); None when this thread runs an event loop itself, or nothing resumes `run_id`.
+    """
+    asked = _RESUMING.get()
+    if asked is None or asked[0] != run_id or not asked[2].is_running():
+        return None
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asked[2]
+    return None
+
+
 @contextlib.contextmanager
 def resume_as(run_id: str, resume: Resume) -> Iterator[None]:
     """While the block runs, `open_run(run_id)` resumes with `resume`'s options."""
-    token = _RESUMING.set((run_id, resume))
+    token = _RESUMING.set((run_id, resume, asyncio.get_running_loop()))
     try:
         yield
     finally:
@@ -220,7 +240,12 @@ class LoopSteps:
                     reply = await ask()
                     if not isinstance(reply, Reply):
                         raise TypeError(f"a loop's model call returned {type(reply).__name__}, not Reply")
-                    return _Answer(reply)
+                    answer = _Answer(reply)
+                    try:
+                        orjson.dumps(answer.to_json())
+                    except TypeError as exc:  # a failed model call, not the store's failure to write it
+                        raise TypeError(f"a loop's reply must be JSON (its calls' args, its raw): {exc}") from None
+                    return answer
 
                 refused = await call_model(self.run, self.run.outage, [], planned, self.history, answer)
                 if refused is not None:

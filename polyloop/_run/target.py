@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import importlib
 import importlib.machinery
 import importlib.util
@@ -271,9 +273,19 @@ async def _call_entry(target: str, run_id: str, store: Store, goal: str, resume:
     fn = getattr(module, name, None)
     if not callable(fn):
         raise TargetError(target, f"{where} has no function {name!r}")
+    try:
+        inspect.signature(fn).bind(run_id=run_id, store=store, goal=goal)
+    except TypeError:
+        raise TargetError(target, f"{name}{_signature(fn)} cannot be called as {name}(run_id=..., store=..., goal=...),"
+                                  " which is how resume calls a loop's entry point") from None
+    except ValueError:
+        pass  # no signature to read (a builtin): the call itself says
     with resume_as(run_id, resume):
         try:
-            value = fn(run_id=run_id, store=store, goal=goal)
+            if inspect.iscoroutinefunction(fn):
+                value = await fn(run_id=run_id, store=store, goal=goal)
+            else:  # a synchronous loop runs in a thread; its open_run_sync works on this event loop
+                value = await asyncio.to_thread(fn, run_id=run_id, store=store, goal=goal)
             if inspect.isawaitable(value):
                 value = await value
         except RunEnded as ended:
@@ -285,6 +297,13 @@ async def _call_entry(target: str, run_id: str, store: Store, goal: str, resume:
         if f is None:
             raise TargetError(target, f"{name}() returned before run {run_id!r} finished")
         return RunResult(run_id, f.reason, f.result, f.steps, ended_by(f))
+
+
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return ""
 
 
 def watched(agent: Agent, on_alert: Callable[[dict[str, Any]], Any] | None) -> Agent:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -204,4 +205,85 @@ def test_an_agent_run_is_not_opened_as_a_loop():
         with pytest.raises(InvalidInputError, match="Agent"):
             async with durable.open_run("a", store=store):
                 pass
+    asyncio.run(go())
+
+
+def test_a_loops_run_is_not_taken_over_by_an_agent_even_accepting_changes():
+    from polyloop import Agent, ScriptedModel
+
+    async def go():
+        store = MemoryStore()
+        with pytest.raises(Crash):
+            await loop(SCRIPT, fresh(), crash_in=("pay", {"n": 1}))("r", store)
+        before = [r.TAG for r in await store.read_log("r")]
+        agent = Agent(model=ScriptedModel([{"final": "x"}]))
+        with pytest.raises(InvalidInputError, match="user's loop"):
+            await agent.run("g", run_id="r", store=store, accept_changes=True, reason="take it over")
+        assert [r.TAG for r in await store.read_log("r")] == before  # nothing written
+    asyncio.run(go())
+
+
+def test_inspect_never_calls_a_loops_entry_point_to_check_its_validity(tmp_path):
+    from support.cli import polyloop_in_process
+
+    from polyloop.stores import JsonlStore
+
+    marker = tmp_path / "called"
+    entry = tmp_path / "entry.py"
+    entry.write_text(f"def main(run_id='r', store=None, goal='g'):\n    open({str(marker)!r}, 'w').close()\n")
+
+    async def crash() -> None:
+        async with durable.open_run("r", store=JsonlStore(tmp_path / "runs"), goal="g", target=f"{entry}:main",
+                                    tools={"pay": "never"}) as run:
+            await run.model_call(lambda: Reply(calls=(("pay", {"n": 1}),)))
+            raise Crash
+    with pytest.raises(Crash):
+        asyncio.run(crash())
+    shown = polyloop_in_process("inspect", "r", "--json", "--dir", str(tmp_path / "runs"))
+    assert shown.code == 0, shown.stderr
+    assert "user's loop" in json.loads(shown.stdout)["validity"]["not_checked"]
+    assert not marker.exists()  # inspecting a run never runs its loop
+
+
+def test_resume_names_an_entry_point_that_cannot_take_run_id_store_and_goal(tmp_path):
+    from support.cli import polyloop_in_process
+
+    from polyloop.stores import JsonlStore
+
+    entry = tmp_path / "entry.py"
+    entry.write_text("async def main(run_id, store):\n    raise AssertionError('never called')\n")
+
+    async def crash() -> None:
+        async with durable.open_run("r", store=JsonlStore(tmp_path / "runs"), goal="g", target=f"{entry}:main",
+                                    tools={"look": "safe"}) as run:
+            await run.model_call(lambda: Reply(calls=(("look", {"n": 1}),)))
+            raise Crash
+    with pytest.raises(Crash):
+        asyncio.run(crash())
+    refused = polyloop_in_process("resume", "r", "--dir", str(tmp_path / "runs"))
+    assert refused.code == 2, refused.stderr  # a target error, not an internal one
+    assert "main(run_id, store) cannot be called as main(run_id=..., store=..., goal=...)" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_resume_help_says_how_a_users_loop_is_resumed():
+    from support.cli import polyloop_in_process
+
+    shown = polyloop_in_process("resume", "--help", env={"COLUMNS": "200"})
+    assert shown.code == 0
+    text = " ".join(shown.stdout.split())
+    assert "resumes by calling its entry point, `function(run_id=..., store=..., goal=...)`" in text
+    assert "refused (exit 4)" in text
+
+
+def test_a_reply_that_is_not_json_is_a_failed_model_call_not_a_store_failure():
+    from polyloop import ModelCallError
+
+    async def go():
+        store = MemoryStore()
+        with pytest.raises(ModelCallError, match="a loop's reply must be JSON"):
+            async with durable.open_run("r", store=store, goal="g", tools={"pay": "never"}) as run:
+                await run.model_call(lambda: Reply(calls=(("pay", {"when": object()}),)))
+        results = [r for r in await store.read_log("r") if r.TAG == "model_call_result"]
+        assert [(r.output, "must be JSON" in (r.error or "")) for r in results] == [(None, True)]  # recorded, resumable
     asyncio.run(go())

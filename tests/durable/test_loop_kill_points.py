@@ -16,14 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from worlds import POINTS, World  # noqa: E402
+from worlds import MATRIX, World  # noqa: E402
 
 if os.environ.get("CI") != "true":
     pytest.importorskip("pydantic_ai")
-
-DEFAULT = ("before:model_call_result:2", "after:intent:action:3")
-MATRIX = [p if p in DEFAULT or os.environ.get("POLYLOOP_ALL_KILL_POINTS") == "1"
-          else pytest.param(p, marks=pytest.mark.slow, id=p) for p in POINTS]
 
 
 def test_an_uninterrupted_run_pays_each_call_once(tmp_path):

@@ -19,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from support.cli import clean_env, polyloop_in_process
 from support import forking
 
@@ -34,6 +36,11 @@ WRITES = [
     "run_finished:1",
 ]
 POINTS = [f"{when}:{w}" for w in WRITES for when in ("before", "after")]
+# Two telling points by default (a model call paid and not recorded; a `never` call's intent
+# without its result); every one under the slow marker, or with POLYLOOP_ALL_KILL_POINTS=1.
+DEFAULT = ("before:model_call_result:2", "after:intent:action:3")
+MATRIX = [p if p in DEFAULT or os.environ.get("POLYLOOP_ALL_KILL_POINTS") == "1"
+          else pytest.param(p, marks=pytest.mark.slow, id=p) for p in POINTS]
 
 
 def model_window(point: str) -> int | None:
