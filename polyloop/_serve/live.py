@@ -22,6 +22,7 @@ from polyloop.stores._follow import follower
 
 from .access import Session
 from .console import Console
+from .filters import chosen
 
 POLL = 0.3  # seconds between looks at a run's log
 LIST_POLL = 2.0  # seconds between looks at the runs
@@ -75,12 +76,10 @@ async def runs_events(request: Request, console: Console, session: Session) -> R
     the page's drawing and this stream's first look still moves the page.
     """
     q = request.query_params
-    status = q.get("status") or None
     seen = q.get("seen")
 
     def snapshot() -> str:
-        return runs_seen(list_runs(console.where, statuses=[status] if status else None, workers=1,
-                                   since=q.get("since") or None, target=q.get("target") or None))
+        return runs_seen(list_runs(console.where, workers=1, **chosen(q)))
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"

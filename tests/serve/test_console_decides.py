@@ -9,13 +9,19 @@ The screenshots of docs/how-to/decide-from-the-browser.md are taken here
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from console_helpers import TARGET, Server, crash_run, off_thread, report, resume, start_run
+from support import forking
+from support.cli import clean_env, console_script
 
-from console_helpers import Server, crash_run, report, resume, start_run
+from polyloop import JsonlStore, cancel
 
 SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
 
@@ -174,6 +180,34 @@ def test_the_runs_page_lists_the_runs_with_what_waits_and_filters_them(page: Any
     assert "status=finished" in page.url
     statuses = page.locator("table.runs tbody .badge").all_inner_texts()
     assert statuses and set(statuses) == {"finished"}
+
+
+def test_the_runs_page_has_all_of_ls_filters_batch_limit_and_several_statuses(
+    page: Any, server: Server, runs: Path
+) -> None:
+    goals = runs.parent / "nightly.jsonl"
+    goals.write_text("".join(json.dumps({"run_id": f"bat-{n}", "goal": json.dumps(
+        {"tool": "pay", "args": {"to": "acme", "amount": n}})}) + "\n" for n in (1, 2)))
+    done = forking.run([*console_script(), "batch", TARGET, str(goals), "--name", "nightly", "--dir", str(runs)],
+                       env=clean_env(), timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 3, done  # both runs wait for an approval
+    page.goto(server.base)
+    page.fill("form.filters input[name=batch]", "nightly")
+    page.click("form.filters button")
+    assert "batch=nightly" in page.url
+    assert sorted(page.locator("table.runs tbody td:first-child a").all_inner_texts()) == ["bat-1", "bat-2"]
+    page.fill("form.filters input[name=limit]", "1")
+    page.click("form.filters button")
+    assert page.locator("table.runs tbody td:first-child a").all_inner_texts() in (["bat-1"], ["bat-2"])
+    off_thread(lambda: asyncio.run(cancel(JsonlStore(runs), "bat-2", reason="not tonight", by="ops")))
+    page.goto(f"{server.base}?batch=nightly&status=finished")
+    assert page.locator("table.runs tbody td:first-child a").all_inner_texts() == ["bat-2"]
+    page.goto(f"{server.base}?batch=nightly&status=finished&status=needs_operator")
+    assert sorted(page.locator("table.runs tbody td:first-child a").all_inner_texts()) == ["bat-1", "bat-2"]
+    for query, why in (("batch=none", "no batch 'none'"), ("limit=-1", "is not a count"),
+                       ("status=finished&status=bogus", "no status 'bogus'")):
+        response = page.goto(f"{server.base}?{query}")
+        assert response.status == 400 and why in page.inner_text("#why"), query
 
 
 @pytest.mark.slow  # waits for the runs page's next look (every 2 s)
