@@ -189,6 +189,31 @@ def test_named_operators_are_recorded_by_name_and_a_read_only_one_decides_nothin
         server.stop()
 
 
+def test_a_read_only_console_shows_everything_and_decides_nothing(browser: Any, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    start_run(runs, "ro-1", "pay", {"to": "acme", "amount": 5})
+    server = Server(runs, extra=("--read-only",)).start()
+    try:
+        assert "(read-only)" in server.lines[0]
+        tab = browser.new_context().new_page()
+        tab.goto(server.token_url)
+        tab.goto(f"{server.base}runs/ro-1")
+        assert "token holder · read-only" in tab.inner_text("header")
+        assert '"amount": 5' in tab.inner_text("#req-s1-a1 pre.args")  # it sees the request
+        assert tab.locator("form[method=post]").count() == 0 and "Read-only" in tab.inner_text("#waiting")
+        for form in ({"action": "approve", "id": "s1-a1", "seen": "4", "reason": "x"},
+                     {"action": "cancel", "reason": "x"}):
+            forged = tab.request.post(f"{server.base}runs/ro-1/decide", headers={"Origin": server.base.rstrip("/")},
+                                      form={**form, "csrf": "a read-only page carries no form"})
+            assert forged.status == 403 and "read-only" in forged.text()
+        tab.context.close()
+    finally:
+        server.stop()
+    doc = report(runs, "ro-1")
+    assert doc["requests"][0]["decision"] is None and doc["cancelled"] is None
+
+
 @pytest.mark.parametrize("delay", [0.02, *(pytest.param(d, marks=pytest.mark.slow) for d in (0.0, 0.005, 0.01, 0.03,
                                                                                             0.05, 0.1, 0.2))])
 def test_the_server_sigkilled_mid_decision_leaves_it_whole_or_absent(
