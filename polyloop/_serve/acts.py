@@ -88,10 +88,10 @@ def _field(form: dict[str, str], name: str) -> str:
 
 
 def _seen(form: dict[str, str]) -> int:
-    try:
-        return int(_field(form, "seen"))
-    except ValueError:
-        raise _Bad("the form's log position is not a number") from None
+    seen = _field(form, "seen")
+    if not (seen.isascii() and seen.isdigit()):
+        raise _Bad(f"the form's log position {seen!r} is not a count of records")
+    return int(seen)
 
 
 def _edited(form: dict[str, str]) -> dict[str, Any]:

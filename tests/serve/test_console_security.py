@@ -144,6 +144,20 @@ def test_the_right_origin_without_the_session_csrf_token_writes_nothing(page: An
     assert report(runs, "csrf-2")["requests"][0]["decision"] is None
 
 
+def test_a_form_whose_log_position_is_not_a_count_is_refused_as_malformed(
+    page: Any, server: Server, runs: Path
+) -> None:
+    start_run(runs, "seen-1", "pay", {"to": "acme", "amount": 5})
+    page.goto(f"{server.base}runs/seen-1")
+    form = {name: page.get_attribute(f"#req-s1-a1 form.approve input[name={name}]", "value")
+            for name in ("csrf", "id", "sha256")}
+    for seen in ("-1", "4.0", "", "\u0664"):  # the last: ARABIC-INDIC DIGIT FOUR, which int() reads as 4
+        posted = page.request.post(f"{server.base}runs/seen-1/decide", headers={"Origin": server.base.rstrip("/")},
+                                   form={**form, "action": "approve", "seen": seen, "reason": "ok"})
+        assert posted.status == 400 and "nothing was written" in posted.text(), (seen, posted.text())
+    assert report(runs, "seen-1")["requests"][0]["decision"] is None
+
+
 def test_a_forged_host_is_refused(server: Server) -> None:
     request = urllib.request.Request(server.token_url, headers={"Host": f"rebound.example:{server.port}"})
     with pytest.raises(urllib.error.HTTPError) as refused:
