@@ -228,6 +228,49 @@ def test_a_read_only_console_shows_everything_and_decides_nothing(browser: Any, 
     assert doc["requests"][0]["decision"] is None and doc["cancelled"] is None
 
 
+def test_behind_a_tls_proxy_on_this_machine_as_the_how_to_says_decisions_go_through(tmp_path: Path) -> None:
+    """What a proxy forwards (docs/how-to/decide-from-the-browser.md, "Behind TLS"): its own Host, https."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    start_run(runs, "tls-1", "pay", {"to": "acme", "amount": 5})
+    server = Server(runs, extra=("--allow-remote",)).start()
+    proxied = {"Host": "console.example", "X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
+
+    def ask(path: str, **headers: str) -> Any:
+        opener = urllib.request.build_opener(NoRedirect)
+        data = headers.pop("data", None)
+        return opener.open(urllib.request.Request(server.base + path, headers={**proxied, **headers},
+                                                  data=data.encode() if data else None), timeout=10)
+
+    try:
+        token = server.token_url.split("?token=")[1]
+        with pytest.raises(urllib.error.HTTPError) as signed:
+            ask(f"?token={token}")
+        cookie = signed.value.headers["set-cookie"]
+        signed.value.close()
+        assert "Secure" in cookie and "HttpOnly" in cookie  # the browser sent it over https
+        session = cookie.split(";")[0]
+        with ask("runs/tls-1", Cookie=session) as page:
+            drawn = page.read().decode()
+        csrf = drawn.split('name="csrf" value="')[1].split('"')[0]
+        sha = drawn.split('name="sha256" value="')[1].split('"')[0]
+        form = f"csrf={csrf}&action=approve&id=s1-a1&seen=4&sha256={sha}&reason=through+the+proxy"
+        with pytest.raises(urllib.error.HTTPError) as wrong:  # the proxy's Host is what the Origin is checked against
+            ask("runs/tls-1/decide", Cookie=session, Origin="https://elsewhere.example", data=form)
+        assert wrong.value.code == 403
+        wrong.value.close()
+        with ask("runs/tls-1/decide", Cookie=session, Origin="https://console.example", data=form) as done:
+            assert done.status == 200
+    finally:
+        server.stop()
+    assert report(runs, "tls-1")["requests"][0]["decision"]["reason"] == "through the proxy"
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 @pytest.mark.parametrize("delay", [0.02, *(pytest.param(d, marks=pytest.mark.slow) for d in (0.0, 0.005, 0.01, 0.03,
                                                                                             0.05, 0.1, 0.2))])
 def test_the_server_sigkilled_mid_decision_leaves_it_whole_or_absent(
