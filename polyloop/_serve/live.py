@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from polyloop import PolyLoopError, RunSummary, list_runs
+from polyloop import CorruptLogError, PolyLoopError, RunSummary, list_runs
 from polyloop.stores._follow import follower
 
 from .access import Session
@@ -42,15 +42,22 @@ async def run_events(request: Request, console: Console, session: Session) -> Re
         seen = 0
 
     async def events() -> AsyncIterator[str]:
-        count, quiet = 0, 0.0
+        count, quiet, read, corrupt = 0, 0.0, False, False
         tail = follower(console.store, run_id)
         yield "retry: 1000\n\n"
         while not await request.is_disconnected():
             try:
-                count += len(await tail.more())
+                if not corrupt:
+                    count += len(await tail.more())
+                    read = True
+            except CorruptLogError:
+                if read:  # it became corrupt since this stream read it: the page redraws to say so
+                    yield "event: moved\ndata: corrupt\n\n"
+                    return
+                corrupt = True  # drawn from a corrupt log: it is read no more, and never reloads (a loop)
             except PolyLoopError:
-                pass  # not there yet, or unreadable for a moment: the page says so when redrawn
-            if count != seen:
+                pass  # unreadable for a moment: its length is unknown, so nothing is said
+            if read and count != seen:
                 seen_now = count
                 yield f"event: moved\ndata: {seen_now}\n\n"
                 return  # the page redraws and opens a new stream from its new length

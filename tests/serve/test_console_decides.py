@@ -21,7 +21,7 @@ from console_helpers import TARGET, Server, crash_run, off_thread, report, resum
 from support import forking
 from support.cli import clean_env, console_script
 
-from polyloop import JsonlStore, cancel
+from polyloop import JsonlStore, cancel, run_target
 
 SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
 
@@ -238,6 +238,43 @@ def test_a_runs_page_being_left_never_reloads_over_the_navigation(page: Any, ser
         page.wait_for_timeout(300)
         assert page.url == f"{server.base}runs/away-{n}"
         assert page.locator("#req-s1-a1 form.approve").count() == 1
+
+
+def _note(runs: Path, run_id: str) -> None:
+    """A finished run of the console agent that kept a note as a product."""
+    goal = json.dumps({"tool": "note", "args": {"text": "<b>kept</b>"}})
+    off_thread(lambda: asyncio.run(run_target(TARGET, goal=goal, store=JsonlStore(runs), run_id=run_id)))
+
+
+def test_a_run_page_shows_its_products_and_a_corrupt_logs_problems(page: Any, server: Server, runs: Path) -> None:
+    _note(runs, "note-1")
+    page.goto(f"{server.base}runs/note-1")
+    assert page.inner_text("#status") == "finished"
+    products = page.inner_text("#products")
+    assert "note.txt" in products and "note-1" in products  # name, path under the run's products
+    assert page.locator("#timeline li.exec.state-done code.tool").all_inner_texts() == ["note"]
+    with (runs / "note-1.jsonl").open("a") as log:  # lines no correct writer writes
+        log.write('{"record": "no_such_record", "id": "x"}\nnot json\n')
+    drawn: list[str] = []
+    page.on("framenavigated", lambda frame: drawn.append(frame.url))
+    page.goto(f"{server.base}runs/note-1")
+    page.wait_for_timeout(1500)  # its events say nothing: a corrupt log never moves (no reload loop)
+    assert drawn == [f"{server.base}runs/note-1"]
+    assert page.inner_text("#status") == "corrupt log"
+    problems = page.locator("section.problems li").all_inner_texts()
+    assert len(problems) == 2 and "no_such_record" in problems[0] and "not valid JSON" in problems[1]
+    assert page.inner_text("li.four-impossible b") == "2"
+    assert page.locator("#cancel").count() == 0  # a corrupt log is never decided on
+
+
+def test_a_run_page_redraws_once_when_its_log_turns_corrupt(page: Any, server: Server, runs: Path) -> None:
+    _note(runs, "note-2")
+    page.goto(f"{server.base}runs/note-2")
+    assert page.inner_text("#status") == "finished"
+    with (runs / "note-2.jsonl").open("a") as log:  # a line no correct writer writes lands under the page
+        log.write("not json\n")
+    page.wait_for_selector("#status.st-corrupt", timeout=10_000)
+    assert "not valid JSON" in page.inner_text("section.problems")
 
 
 @pytest.mark.slow
