@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from polyloop import CorruptLogError, PolyLoopError, RunSummary, list_runs
+from polyloop import CorruptLogError, InvalidRunIdError, PolyLoopError, RunSummary, list_runs
 from polyloop.stores._follow import follower
 
 from .access import Session
@@ -41,9 +41,13 @@ async def run_events(request: Request, console: Console, session: Session) -> Re
     except ValueError:
         seen = 0
 
+    try:
+        tail = follower(console.store, run_id)
+    except InvalidRunIdError as exc:
+        return console.page("refused.html", 404, title="No such run", why=str(exc), session=session)
+
     async def events() -> AsyncIterator[str]:
         count, quiet, read, corrupt = 0, 0.0, False, False
-        tail = follower(console.store, run_id)
         yield "retry: 1000\n\n"
         while not await request.is_disconnected():
             try:

@@ -158,6 +158,13 @@ def test_a_form_whose_log_position_is_not_a_count_is_refused_as_malformed(
     assert report(runs, "seen-1")["requests"][0]["decision"] is None
 
 
+def test_the_events_of_an_invalid_run_id_are_refused_without_a_traceback(page: Any, server: Server) -> None:
+    answered = page.request.get(f"{server.base}runs/%00/events")
+    assert answered.status == 404 and "invalid run id" in answered.text()
+    page.goto(server.base)  # one request more, so the server's output is read past the refusal
+    assert not any("Traceback" in line for line in server.lines), "".join(server.lines)
+
+
 def test_a_forged_host_is_refused(server: Server) -> None:
     request = urllib.request.Request(server.token_url, headers={"Host": f"rebound.example:{server.port}"})
     with pytest.raises(urllib.error.HTTPError) as refused:
