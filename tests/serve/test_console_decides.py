@@ -205,7 +205,8 @@ def test_the_runs_page_has_all_of_ls_filters_batch_limit_and_several_statuses(
     page.goto(f"{server.base}?batch=nightly&status=finished&status=needs_operator")
     assert sorted(page.locator("table.runs tbody td:first-child a").all_inner_texts()) == ["bat-1", "bat-2"]
     for query, why in (("batch=none", "no batch 'none'"), ("limit=-1", "is not a count"),
-                       ("status=finished&status=bogus", "no status 'bogus'")):
+                       ("status=finished&status=bogus", "no status 'bogus'"),
+                       ("since=99999999999999999999d", "too long a duration")):
         response = page.goto(f"{server.base}?{query}")
         assert response.status == 400 and why in page.inner_text("#why"), query
 
