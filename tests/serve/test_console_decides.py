@@ -154,6 +154,22 @@ def test_an_answer_and_a_cancel_from_the_browser(page: Any, server: Server, runs
     assert report(runs, "pay-6")["cancelled"]["why"] == "superseded by pay-7"
 
 
+def test_a_cancel_from_a_page_drawn_before_the_run_finished_writes_nothing(
+    page: Any, server: Server, runs: Path
+) -> None:
+    start_run(runs, "pay-13", "pay", {"to": "acme", "amount": 7})
+    page.goto(f"{server.base}runs/pay-13")
+    page.fill("#cancel input[name=reason]", "not needed")
+    off_thread(lambda: asyncio.run(cancel(JsonlStore(runs), "pay-13", reason="done with it", by="bob")))
+    log = (runs / "pay-13.jsonl").read_bytes()
+    page.click("#cancel button")
+    assert page.inner_text("h1") == "Refused"
+    why = page.inner_text("#why")
+    assert "nothing to cancel: run pay-13 had already finished (cancelled" in why and "Nothing was written" in why
+    assert (runs / "pay-13.jsonl").read_bytes() == log
+    assert report(runs, "pay-13")["cancelled"]["by"] == "bob"
+
+
 @pytest.mark.slow  # the default suite keeps the cases; CI runs these by `pytest -m slow`
 def test_an_unknown_action_is_settled_from_the_browser(page: Any, server: Server, runs: Path) -> None:
     crash_run(runs, "send-1", "ops")
