@@ -307,3 +307,29 @@ def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, serv
     shown = page.inner_text("#validity")
     assert "orders" in shown and "polyloop resume pay-11 --accept-changes --reason TEXT" in shown
     assert page.inner_text("#next").startswith("refuse (exit code 4)")
+
+
+@pytest.mark.slow  # five processes, four of them SIGKILLed: CI runs it by `pytest -m slow`
+def test_a_crash_loop_shows_the_command_that_lifts_it_naming_the_directory(browser: Any, tmp_path: Path) -> None:
+    ops = tmp_path / "ops"  # not the default ./runs: every command shown must name it
+    ops.mkdir()
+    agent = f"{Path(__file__).resolve().parent.parent / 'crash' / 'validity_agent.py'}:agent"
+
+    def cli(*args: str) -> int:  # the step tool SIGKILLs its process in step 2, each time
+        return forking.run([*console_script(), *args, "--dir", str(ops)], env=clean_env(DIE_AT="2"), timeout=120,
+                           stdin=subprocess.DEVNULL).returncode
+
+    assert cli("run", agent, "--run-id", "cl", "--goal", "g") == -9
+    assert [cli("resume", "cl") for _ in range(3)] == [-9, -9, -9]
+    assert cli("resume", "cl") == 3  # the budget of 3 resumes without progress: a crash loop waits for a person
+    server = Server(ops).start()
+    try:
+        tab = browser.new_context().new_page()
+        tab.goto(server.token_url)
+        tab.goto(f"{server.base}runs/cl")
+        assert "crash_loop" in tab.inner_text("#req-cl h3")
+        lift = tab.inner_text("#req-cl p:has-text('Lift it from a shell') code")
+        assert lift == f"polyloop resume cl --accept-crash-loop --reason TEXT --dir {ops}"  # where the console reads
+        tab.context.close()
+    finally:
+        server.stop()
