@@ -1,4 +1,4 @@
-"""The runs page's filters: `polyloop ls`'s, read from the page's query (`status`, `since`, `target`, `batch`, `limit`)."""
+"""The runs page's filters: `polyloop ls`'s, from the page's query (`status`, `since`, `target`, `batch`, `limit`)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ async def run(request: Request, console: Console, session: Session) -> Response:
 
 
 def _commands(console: Console, run_id: str) -> dict[str, Any]:
-    """The commands a person pastes for what the console does not do itself (resume, accept changes, lift a crash loop)."""
+    """The commands a person pastes for what the console does not do (resume, accept changes, lift a crash loop)."""
     place = place_of(console.where)
     return {"resume": commands.resume(run_id, place), "accept": commands.accept_changes(run_id, place),
             "crash_loop": commands.accept_crash_loop(run_id, place), "inspect": commands.inspect(run_id, place)}
