@@ -18,7 +18,9 @@ from .._log.records import Decision, Record, RunFinished
 
 def moved_since(records: Sequence[Record], seen: int, ident: str) -> str | None:
     """Why the log is no longer the one drawn at length `seen` for `ident`, or None when it still is."""
-    if seen < 0 or seen > len(records):
+    if seen < 0:
+        return f"the page's log position {seen} is not a position in a log (reload the page)"
+    if seen > len(records):
         return (f"the log holds {len(records)} records, fewer than the {seen} the page was drawn from: "
                 "it is not the log you saw (reload the page)")
     for at, record in enumerate(records[seen:], start=seen):

@@ -46,7 +46,10 @@ def parse_duration(text: str) -> timedelta:
         raise InvalidInputError(
             f"{text!r} is not a duration: write a number and a unit, s, m, h, d or w (e.g. 90s, 15m, 7d, 1h30m)"
         )
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise InvalidInputError(f"{text!r} is too long a duration: at most {timedelta.max.days} days") from None
 
 
 def moment(at: object) -> datetime | None:

@@ -32,6 +32,10 @@ class _Bad(Exception):
     """The form itself is wrong (a missing field, arguments that are not a JSON object)."""
 
 
+class _Nothing(Exception):
+    """The decision had nothing left to act on (a cancel of a run that had finished): nothing was written."""
+
+
 async def decide(request: Request, console: Console, session: Session) -> Response:
     """Carry out the form's `action` on run `run_id`; a page with what was recorded, or why nothing was."""
     run_id = request.path_params["run_id"]
@@ -44,6 +48,9 @@ async def decide(request: Request, console: Console, session: Session) -> Respon
         said = await _carry_out(console, session, run_id, action, form)
     except (_Bad, InvalidInputError) as exc:
         return console.page("refused.html", 400, title="Refused", why=f"{exc}: nothing was written",
+                            session=session, run_id=run_id)
+    except _Nothing as exc:
+        return console.page("refused.html", 409, title="Refused", why=f"{exc}. Nothing was written.",
                             session=session, run_id=run_id)
     except RunActiveError as exc:
         return console.page("refused.html", 409, title="Refused", why=f"{exc}: nothing was written",
@@ -62,7 +69,14 @@ async def _carry_out(
     reason = form.get("reason") or None
     if action == "cancel":
         outcome = await cancel(console.store, run_id, reason=reason or "", by=by)
-        return {"what": f"cancel: {outcome.outcome}", "by": outcome.by, "next": None}
+        if outcome.outcome == "already_finished":
+            raise _Nothing(f"nothing to cancel: run {run_id} had already finished ({outcome.reason}, "
+                           f"{outcome.steps} steps)")
+        if outcome.outcome == "requested":
+            return {"what": "cancel requested", "by": outcome.by, "next": None, "recorded": (
+                f"asked of the process that holds it ({outcome.holder or 'another process'}); it ends as "
+                "cancelled at its next safe point, before its next model call")}
+        return {"what": "cancel: cancelled", "by": outcome.by, "next": None}
     target, seen = _field(form, "id"), _seen(form)
     if action in ("executed", "not_executed"):
         settled = await resolve(console.store, run_id, target, executed=action == "executed", seen=seen,
@@ -88,10 +102,10 @@ def _field(form: dict[str, str], name: str) -> str:
 
 
 def _seen(form: dict[str, str]) -> int:
-    try:
-        return int(_field(form, "seen"))
-    except ValueError:
-        raise _Bad("the form's log position is not a number") from None
+    seen = _field(form, "seen")
+    if not (seen.isascii() and seen.isdigit()):
+        raise _Bad(f"the form's log position {seen!r} is not a count of records")
+    return int(seen)
 
 
 def _edited(form: dict[str, str]) -> dict[str, Any]:

@@ -17,11 +17,12 @@ from collections.abc import AsyncIterator, Sequence
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from polyloop import PolyLoopError, RunSummary, list_runs
+from polyloop import CorruptLogError, InvalidRunIdError, PolyLoopError, RunSummary, list_runs
 from polyloop.stores._follow import follower
 
 from .access import Session
 from .console import Console
+from .filters import chosen
 
 POLL = 0.3  # seconds between looks at a run's log
 LIST_POLL = 2.0  # seconds between looks at the runs
@@ -40,16 +41,27 @@ async def run_events(request: Request, console: Console, session: Session) -> Re
     except ValueError:
         seen = 0
 
-    async def events() -> AsyncIterator[str]:
-        count, quiet = 0, 0.0
+    try:
         tail = follower(console.store, run_id)
+    except InvalidRunIdError as exc:
+        return console.page("refused.html", 404, title="No such run", why=str(exc), session=session)
+
+    async def events() -> AsyncIterator[str]:
+        count, quiet, read, corrupt = 0, 0.0, False, False
         yield "retry: 1000\n\n"
         while not await request.is_disconnected():
             try:
-                count += len(await tail.more())
+                if not corrupt:
+                    count += len(await tail.more())
+                    read = True
+            except CorruptLogError:
+                if read:  # it became corrupt since this stream read it: the page redraws to say so
+                    yield "event: moved\ndata: corrupt\n\n"
+                    return
+                corrupt = True  # drawn from a corrupt log: it is read no more, and never reloads (a loop)
             except PolyLoopError:
-                pass  # not there yet, or unreadable for a moment: the page says so when redrawn
-            if count != seen:
+                pass  # unreadable for a moment: its length is unknown, so nothing is said
+            if read and count != seen:
                 seen_now = count
                 yield f"event: moved\ndata: {seen_now}\n\n"
                 return  # the page redraws and opens a new stream from its new length
@@ -75,12 +87,10 @@ async def runs_events(request: Request, console: Console, session: Session) -> R
     the page's drawing and this stream's first look still moves the page.
     """
     q = request.query_params
-    status = q.get("status") or None
     seen = q.get("seen")
 
     def snapshot() -> str:
-        return runs_seen(list_runs(console.where, statuses=[status] if status else None, workers=1,
-                                   since=q.get("since") or None, target=q.get("target") or None))
+        return runs_seen(list_runs(console.where, workers=1, **chosen(q)))
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"

@@ -16,28 +16,22 @@ from polyloop.stores._place import place_of
 
 from .access import Session
 from .console import Console
+from .filters import STATUSES, BadFilter, chosen, shown
 from .live import runs_seen
-from .views import STATUS_WORDS, run_view, runs_view
-
-STATUSES = tuple(STATUS_WORDS)
+from .views import run_view, runs_view
 
 
 async def runs(request: Request, console: Console, session: Session) -> Response:
-    """The runs, most recent activity first, with `ls`'s filters: `status`, `since`, `target`."""
+    """The runs, most recent activity first, with `ls`'s filters: `status`, `since`, `target`, `batch`, `limit`."""
     q = request.query_params
-    status = q.get("status") or None
-    if status is not None and status not in STATUSES:
-        return console.page("refused.html", 400, title="Bad filter", why=f"no status {status!r}: one of "
-                            + ", ".join(STATUSES), session=session)
     try:
-        found = await asyncio.to_thread(list_runs, console.where, statuses=[status] if status else None, workers=1,
-                                        since=q.get("since") or None, target=q.get("target") or None)
-    except (InvalidInputError, ValueError) as exc:
+        found = await asyncio.to_thread(list_runs, console.where, workers=1, **chosen(q))
+    except (BadFilter, InvalidInputError, ValueError) as exc:
         return console.page("refused.html", 400, title="Bad filter", why=str(exc), session=session)
     except (StoreError, OSError) as exc:
         return console.page("refused.html", 503, title="Store unavailable", why=str(exc), session=session)
     return console.page("runs.html", title="Runs", rows=runs_view(found), session=session, statuses=STATUSES,
-                        filters={"status": status or "", "since": q.get("since", ""), "target": q.get("target", "")},
+                        filters=shown(q),
                         events="/events?" + urlencode([*((k, v) for k, v in q.multi_items() if k != "seen"),
                                                        ("seen", runs_seen(found))]))
 
@@ -58,7 +52,7 @@ async def run(request: Request, console: Console, session: Session) -> Response:
 
 
 def _commands(console: Console, run_id: str) -> dict[str, Any]:
-    """The commands a person pastes for what the console does not do itself (resume, accept changes)."""
+    """The commands a person pastes for what the console does not do (resume, accept changes, lift a crash loop)."""
     place = place_of(console.where)
     return {"resume": commands.resume(run_id, place), "accept": commands.accept_changes(run_id, place),
-            "inspect": commands.inspect(run_id, place)}
+            "crash_loop": commands.accept_crash_loop(run_id, place), "inspect": commands.inspect(run_id, place)}

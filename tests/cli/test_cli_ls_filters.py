@@ -56,6 +56,7 @@ def test_a_run_that_ended_in_an_error_shows_the_providers_error(runs: Cli) -> No
 
 @pytest.mark.parametrize(("args", "message"), [(["--since", "yesterday"], "is not a duration"),
                                                (["--limit", "-1"], "greater than or equal to 0"),
+                                               (["--since", "99999999999999999999d"], "too long a duration"),
                                                (["--batch", "none"], "no batch 'none'")])
 def test_bad_filters_exit_2(runs: Cli, args: list[str], message: str) -> None:
     before = logs_digest(runs.runs)

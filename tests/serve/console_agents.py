@@ -48,6 +48,17 @@ def send(to: str, text: str) -> str:
     return f"sent to {to}"
 
 
+@tool(replay="safe")
+def note(text: str, ctx) -> str:  # type: ignore[no-untyped-def]
+    """Keep a note as an intermediate product (`ctx.artifacts`).
+
+    Args:
+        text: the note.
+    """
+    ref = ctx.artifacts.write("note.txt", text)
+    return f"noted in {ref.name}"
+
+
 class GoalModel:
     """Calls the goal's tool, then repeats the tool's observation as its final answer."""
 
@@ -63,4 +74,4 @@ class GoalModel:
 
 
 def agent() -> Agent:
-    return Agent(model=GoalModel(), tools=[pay, send, ask_human])
+    return Agent(model=GoalModel(), tools=[pay, send, note, ask_human])

@@ -9,13 +9,19 @@ The screenshots of docs/how-to/decide-from-the-browser.md are taken here
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from console_helpers import TARGET, Server, crash_run, off_thread, report, resume, start_run
+from support import forking
+from support.cli import clean_env, console_script
 
-from console_helpers import Server, crash_run, report, resume, start_run
+from polyloop import JsonlStore, cancel, run_target
 
 SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
 
@@ -148,6 +154,22 @@ def test_an_answer_and_a_cancel_from_the_browser(page: Any, server: Server, runs
     assert report(runs, "pay-6")["cancelled"]["why"] == "superseded by pay-7"
 
 
+def test_a_cancel_from_a_page_drawn_before_the_run_finished_writes_nothing(
+    page: Any, server: Server, runs: Path
+) -> None:
+    start_run(runs, "pay-13", "pay", {"to": "acme", "amount": 7})
+    page.goto(f"{server.base}runs/pay-13")
+    page.fill("#cancel input[name=reason]", "not needed")
+    off_thread(lambda: asyncio.run(cancel(JsonlStore(runs), "pay-13", reason="done with it", by="bob")))
+    log = (runs / "pay-13.jsonl").read_bytes()
+    page.click("#cancel button")
+    assert page.inner_text("h1") == "Refused"
+    why = page.inner_text("#why")
+    assert "nothing to cancel: run pay-13 had already finished (cancelled" in why and "Nothing was written" in why
+    assert (runs / "pay-13.jsonl").read_bytes() == log
+    assert report(runs, "pay-13")["cancelled"]["by"] == "bob"
+
+
 @pytest.mark.slow  # the default suite keeps the issue's cases; CI runs these by `pytest -m slow`
 def test_an_unknown_action_is_settled_from_the_browser(page: Any, server: Server, runs: Path) -> None:
     crash_run(runs, "send-1", "ops")
@@ -174,6 +196,35 @@ def test_the_runs_page_lists_the_runs_with_what_waits_and_filters_them(page: Any
     assert "status=finished" in page.url
     statuses = page.locator("table.runs tbody .badge").all_inner_texts()
     assert statuses and set(statuses) == {"finished"}
+
+
+def test_the_runs_page_has_all_of_ls_filters_batch_limit_and_several_statuses(
+    page: Any, server: Server, runs: Path
+) -> None:
+    goals = runs.parent / "nightly.jsonl"
+    goals.write_text("".join(json.dumps({"run_id": f"bat-{n}", "goal": json.dumps(
+        {"tool": "pay", "args": {"to": "acme", "amount": n}})}) + "\n" for n in (1, 2)))
+    done = forking.run([*console_script(), "batch", TARGET, str(goals), "--name", "nightly", "--dir", str(runs)],
+                       env=clean_env(), timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 3, done  # both runs wait for an approval
+    page.goto(server.base)
+    page.fill("form.filters input[name=batch]", "nightly")
+    page.click("form.filters button")
+    assert "batch=nightly" in page.url
+    assert sorted(page.locator("table.runs tbody td:first-child a").all_inner_texts()) == ["bat-1", "bat-2"]
+    page.fill("form.filters input[name=limit]", "1")
+    page.click("form.filters button")
+    assert page.locator("table.runs tbody td:first-child a").all_inner_texts() in (["bat-1"], ["bat-2"])
+    off_thread(lambda: asyncio.run(cancel(JsonlStore(runs), "bat-2", reason="not tonight", by="ops")))
+    page.goto(f"{server.base}?batch=nightly&status=finished")
+    assert page.locator("table.runs tbody td:first-child a").all_inner_texts() == ["bat-2"]
+    page.goto(f"{server.base}?batch=nightly&status=finished&status=needs_operator")
+    assert sorted(page.locator("table.runs tbody td:first-child a").all_inner_texts()) == ["bat-1", "bat-2"]
+    for query, why in (("batch=none", "no batch 'none'"), ("limit=-1", "is not a count"),
+                       ("status=finished&status=bogus", "no status 'bogus'"),
+                       ("since=99999999999999999999d", "too long a duration")):
+        response = page.goto(f"{server.base}?{query}")
+        assert response.status == 400 and why in page.inner_text("#why"), query
 
 
 @pytest.mark.slow  # waits for the runs page's next look (every 2 s)
@@ -206,6 +257,43 @@ def test_a_runs_page_being_left_never_reloads_over_the_navigation(page: Any, ser
         assert page.locator("#req-s1-a1 form.approve").count() == 1
 
 
+def _note(runs: Path, run_id: str) -> None:
+    """A finished run of the console agent that kept a note as a product."""
+    goal = json.dumps({"tool": "note", "args": {"text": "<b>kept</b>"}})
+    off_thread(lambda: asyncio.run(run_target(TARGET, goal=goal, store=JsonlStore(runs), run_id=run_id)))
+
+
+def test_a_run_page_shows_its_products_and_a_corrupt_logs_problems(page: Any, server: Server, runs: Path) -> None:
+    _note(runs, "note-1")
+    page.goto(f"{server.base}runs/note-1")
+    assert page.inner_text("#status") == "finished"
+    products = page.inner_text("#products")
+    assert "note.txt" in products and "note-1" in products  # name, path under the run's products
+    assert page.locator("#timeline li.exec.state-done code.tool").all_inner_texts() == ["note"]
+    with (runs / "note-1.jsonl").open("a") as log:  # lines no correct writer writes
+        log.write('{"record": "no_such_record", "id": "x"}\nnot json\n')
+    drawn: list[str] = []
+    page.on("framenavigated", lambda frame: drawn.append(frame.url))
+    page.goto(f"{server.base}runs/note-1")
+    page.wait_for_timeout(1500)  # its events say nothing: a corrupt log never moves (no reload loop)
+    assert drawn == [f"{server.base}runs/note-1"]
+    assert page.inner_text("#status") == "corrupt log"
+    problems = page.locator("section.problems li").all_inner_texts()
+    assert len(problems) == 2 and "no_such_record" in problems[0] and "not valid JSON" in problems[1]
+    assert page.inner_text("li.four-impossible b") == "2"
+    assert page.locator("#cancel").count() == 0  # a corrupt log is never decided on
+
+
+def test_a_run_page_redraws_once_when_its_log_turns_corrupt(page: Any, server: Server, runs: Path) -> None:
+    _note(runs, "note-2")
+    page.goto(f"{server.base}runs/note-2")
+    assert page.inner_text("#status") == "finished"
+    with (runs / "note-2.jsonl").open("a") as log:  # a line no correct writer writes lands under the page
+        log.write("not json\n")
+    page.wait_for_selector("#status.st-corrupt", timeout=10_000)
+    assert "not valid JSON" in page.inner_text("section.problems")
+
+
 @pytest.mark.slow
 def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
     orders = runs.parent / "orders.csv"
@@ -219,3 +307,29 @@ def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, serv
     shown = page.inner_text("#validity")
     assert "orders" in shown and "polyloop resume pay-11 --accept-changes --reason TEXT" in shown
     assert page.inner_text("#next").startswith("refuse (exit code 4)")
+
+
+@pytest.mark.slow  # five processes, four of them SIGKILLed: CI runs it by `pytest -m slow`
+def test_a_crash_loop_shows_the_command_that_lifts_it_naming_the_directory(browser: Any, tmp_path: Path) -> None:
+    ops = tmp_path / "ops"  # not the default ./runs: every command shown must name it
+    ops.mkdir()
+    agent = f"{Path(__file__).resolve().parent.parent / 'crash' / 'validity_agent.py'}:agent"
+
+    def cli(*args: str) -> int:  # the step tool SIGKILLs its process in step 2, each time
+        return forking.run([*console_script(), *args, "--dir", str(ops)], env=clean_env(DIE_AT="2"), timeout=120,
+                           stdin=subprocess.DEVNULL).returncode
+
+    assert cli("run", agent, "--run-id", "cl", "--goal", "g") == -9
+    assert [cli("resume", "cl") for _ in range(3)] == [-9, -9, -9]
+    assert cli("resume", "cl") == 3  # the budget of 3 resumes without progress: a crash loop waits for a person
+    server = Server(ops).start()
+    try:
+        tab = browser.new_context().new_page()
+        tab.goto(server.token_url)
+        tab.goto(f"{server.base}runs/cl")
+        assert "crash_loop" in tab.inner_text("#req-cl h3")
+        lift = tab.inner_text("#req-cl p:has-text('Lift it from a shell') code")
+        assert lift == f"polyloop resume cl --accept-crash-loop --reason TEXT --dir {ops}"  # where the console reads
+        tab.context.close()
+    finally:
+        server.stop()

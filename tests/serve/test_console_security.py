@@ -144,6 +144,27 @@ def test_the_right_origin_without_the_session_csrf_token_writes_nothing(page: An
     assert report(runs, "csrf-2")["requests"][0]["decision"] is None
 
 
+def test_a_form_whose_log_position_is_not_a_count_is_refused_as_malformed(
+    page: Any, server: Server, runs: Path
+) -> None:
+    start_run(runs, "seen-1", "pay", {"to": "acme", "amount": 5})
+    page.goto(f"{server.base}runs/seen-1")
+    form = {name: page.get_attribute(f"#req-s1-a1 form.approve input[name={name}]", "value")
+            for name in ("csrf", "id", "sha256")}
+    for seen in ("-1", "4.0", "", "\u0664"):  # the last: ARABIC-INDIC DIGIT FOUR, which int() reads as 4
+        posted = page.request.post(f"{server.base}runs/seen-1/decide", headers={"Origin": server.base.rstrip("/")},
+                                   form={**form, "action": "approve", "seen": seen, "reason": "ok"})
+        assert posted.status == 400 and "nothing was written" in posted.text(), (seen, posted.text())
+    assert report(runs, "seen-1")["requests"][0]["decision"] is None
+
+
+def test_the_events_of_an_invalid_run_id_are_refused_without_a_traceback(page: Any, server: Server) -> None:
+    answered = page.request.get(f"{server.base}runs/%00/events")
+    assert answered.status == 404 and "invalid run id" in answered.text()
+    page.goto(server.base)  # one request more, so the server's output is read past the refusal
+    assert not any("Traceback" in line for line in server.lines), "".join(server.lines)
+
+
 def test_a_forged_host_is_refused(server: Server) -> None:
     request = urllib.request.Request(server.token_url, headers={"Host": f"rebound.example:{server.port}"})
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -187,6 +208,74 @@ def test_named_operators_are_recorded_by_name_and_a_read_only_one_decides_nothin
         rob.context.close()
     finally:
         server.stop()
+
+
+def test_a_read_only_console_shows_everything_and_decides_nothing(browser: Any, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    start_run(runs, "ro-1", "pay", {"to": "acme", "amount": 5})
+    server = Server(runs, extra=("--read-only",)).start()
+    try:
+        assert "(read-only)" in server.lines[0]
+        tab = browser.new_context().new_page()
+        tab.goto(server.token_url)
+        tab.goto(f"{server.base}runs/ro-1")
+        assert "token holder · read-only" in tab.inner_text("header")
+        assert '"amount": 5' in tab.inner_text("#req-s1-a1 pre.args")  # it sees the request
+        assert tab.locator("form[method=post]").count() == 0 and "Read-only" in tab.inner_text("#waiting")
+        for form in ({"action": "approve", "id": "s1-a1", "seen": "4", "reason": "x"},
+                     {"action": "cancel", "reason": "x"}):
+            forged = tab.request.post(f"{server.base}runs/ro-1/decide", headers={"Origin": server.base.rstrip("/")},
+                                      form={**form, "csrf": "a read-only page carries no form"})
+            assert forged.status == 403 and "read-only" in forged.text()
+        tab.context.close()
+    finally:
+        server.stop()
+    doc = report(runs, "ro-1")
+    assert doc["requests"][0]["decision"] is None and doc["cancelled"] is None
+
+
+def test_behind_a_tls_proxy_on_this_machine_as_the_how_to_says_decisions_go_through(tmp_path: Path) -> None:
+    """What a proxy forwards (docs/how-to/decide-from-the-browser.md, "Behind TLS"): its own Host, https."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    start_run(runs, "tls-1", "pay", {"to": "acme", "amount": 5})
+    server = Server(runs, extra=("--allow-remote",)).start()
+    proxied = {"Host": "console.example", "X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
+
+    def ask(path: str, **headers: str) -> Any:
+        opener = urllib.request.build_opener(NoRedirect)
+        data = headers.pop("data", None)
+        return opener.open(urllib.request.Request(server.base + path, headers={**proxied, **headers},
+                                                  data=data.encode() if data else None), timeout=10)
+
+    try:
+        token = server.token_url.split("?token=")[1]
+        with pytest.raises(urllib.error.HTTPError) as signed:
+            ask(f"?token={token}")
+        cookie = signed.value.headers["set-cookie"]
+        signed.value.close()
+        assert "Secure" in cookie and "HttpOnly" in cookie  # the browser sent it over https
+        session = cookie.split(";")[0]
+        with ask("runs/tls-1", Cookie=session) as page:
+            drawn = page.read().decode()
+        csrf = drawn.split('name="csrf" value="')[1].split('"')[0]
+        sha = drawn.split('name="sha256" value="')[1].split('"')[0]
+        form = f"csrf={csrf}&action=approve&id=s1-a1&seen=4&sha256={sha}&reason=through+the+proxy"
+        with pytest.raises(urllib.error.HTTPError) as wrong:  # the proxy's Host is what the Origin is checked against
+            ask("runs/tls-1/decide", Cookie=session, Origin="https://elsewhere.example", data=form)
+        assert wrong.value.code == 403
+        wrong.value.close()
+        with ask("runs/tls-1/decide", Cookie=session, Origin="https://console.example", data=form) as done:
+            assert done.status == 200
+    finally:
+        server.stop()
+    assert report(runs, "tls-1")["requests"][0]["decision"]["reason"] == "through the proxy"
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 @pytest.mark.parametrize("delay", [0.02, *(pytest.param(d, marks=pytest.mark.slow) for d in (0.0, 0.005, 0.01, 0.03,

@@ -60,3 +60,12 @@ async def test_a_decision_on_a_sibling_call_does_not_make_the_form_stale(tmp_pat
     await decide(store, "r5", "s1-c1-a1", "approved", reason="ok", by="bob")
     settled = await decide(store, "r5", "s1-c2-a1", "denied", reason="no", by="ann", seen=seen)
     assert settled.records[-1].by == "ann"
+
+
+async def test_a_negative_position_is_no_position_in_the_log(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path)
+    await _waiting(store, "r6", "pay", {"to": "acme", "amount": 1})
+    before = await store.read_log("r6")
+    with pytest.raises(DecisionError, match=r"the page's log position -1 is not a position in a log"):
+        await decide(store, "r6", "s1-a1", "denied", reason="no", by="ann", seen=-1)
+    assert await store.read_log("r6") == before
