@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated
 
@@ -12,6 +13,14 @@ from polyloop.for_cli import ROLES, ServeOptions, UsersFileError, add_user, is_l
 from . import options
 from .errors import BadInput, failures
 from .scope import Scope
+
+class _Terminated(Exception):
+    """SIGTERM (systemd, Kubernetes, `kill`): the console was asked to stop."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated()
+
 
 EXTRA = "polyloop serve needs the serve extra: pip install 'polyloop[serve]' (starlette, jinja2, uvicorn)"
 
@@ -51,7 +60,8 @@ def command(
     decision needs the session's CSRF token and this console's Origin.
     Listens on 127.0.0.1 unless --allow-remote.
 
-    Exit: 0 stopped (Ctrl-C) or user added; 2 bad usage: a --host others can
+    Exit: 0 stopped by SIGTERM (systemd, Kubernetes) or user added; 130
+    interrupted (Ctrl-C); either way open requests end first. 2 bad usage: a --host others can
     reach without --allow-remote, an unreadable or malformed users file,
     the port in use, the serve extra not installed.
 
@@ -71,9 +81,15 @@ def command(
                            "(and put TLS in front of it), or listen on 127.0.0.1")
         chosen = ServeOptions(where=where, host=host, port=port, allow_remote=allow_remote, users=users,
                               read_only=read_only)
+        # The server stops gracefully on either signal, then raises it again: SIGTERM here, as
+        # `_Terminated` (a stop asked for: 0), SIGINT as KeyboardInterrupt (interrupted: 130).
+        previous = signal.signal(signal.SIGTERM, _terminated)
         try:
             serve_console(chosen, _say)
         except KeyboardInterrupt:
+            _say("polyloop console stopped")
+            raise typer.Exit(130) from None
+        except _Terminated:
             _say("polyloop console stopped")
         except ImportError as exc:
             raise BadInput(f"{EXTRA} ({exc})") from None
@@ -81,6 +97,8 @@ def command(
             raise BadInput(str(exc)) from None
         except OSError as exc:
             raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(0)
 
 

@@ -42,3 +42,24 @@ def test_add_user_needs_a_users_file_and_a_new_one_word_name(tmp_path: Path) -> 
     _one_line(polyloop("serve", "--users", str(users), "--add-user", "ann"), "already names 'ann'")
     _one_line(polyloop("serve", "--users", str(users), "--add-user", "a b"), "one word")
     assert len(users.read_text().splitlines()) == 1
+
+
+def test_sigterm_stops_the_console_with_0_and_ctrl_c_with_130(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from console_helpers import Server
+
+    for signum, code in ((signal.SIGTERM, 0), (signal.SIGINT, 130)):
+        runs = tmp_path / f"runs-{signum}"
+        runs.mkdir()
+        server = Server(runs).start()
+        assert server.proc is not None
+        server.proc.send_signal(signum)
+        assert server.proc.wait(timeout=30) == code, server.lines
+        deadline = time.monotonic() + 10  # the reading thread takes the last lines off the pipe
+        while "polyloop console stopped" not in "".join(server.lines) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.stop()
+        assert "polyloop console stopped" in "".join(server.lines)
+        assert "Traceback" not in "".join(server.lines)
