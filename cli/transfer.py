@@ -36,7 +36,7 @@ def export_command(
     log references: what `polyloop verify` accepts and `--dir DIR` reads.
     The products are written and fsync'd first, then the log. The store is
     left as it was. A run a live process holds, or a corrupt log, is refused.
-    Files already in DIR with the same bytes are the same export; other
+    Files already in DIR with the same bytes are the same export (unchanged); other
     bytes under a run's name are a conflict: the run is refused, nothing is
     written over them. `polyloop import DIR --store URL` loads them elsewhere.
 

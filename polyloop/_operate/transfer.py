@@ -8,7 +8,7 @@ references (latest reference per name). Products are written first, each
 to a temporary file, fsync'd and renamed; then the log, published with
 `link(2)` (never over another file) and the directory fsync'd. Files
 already there with the same bytes are the same export (exporting twice is
-harmless); other bytes are a conflict and the run is refused.
+harmless: the run is `unchanged`); other bytes are a conflict and the run is refused.
 
 Import verifies each log (`verify_file`: a corrupt log or a bad product is
 refused; a torn tail is dropped, as every reader drops it) and loads it,
@@ -158,7 +158,7 @@ async def _export_one(store: Any, run_id: str, folder: str) -> MovedRun:
     try:
         data = await _log_bytes(store, run_id)
         walker = checked(data, run_id)
-        count = await write_run_files(store, run_id, data, walker, folder)
+        written = await write_run_files(store, run_id, data, walker, folder)
     except RunActiveError as exc:
         return MovedRun(run_id, "refused", f"a live process holds it ({exc.holder or 'another process'})")
     except Conflict as exc:
@@ -166,7 +166,8 @@ async def _export_one(store: Any, run_id: str, folder: str) -> MovedRun:
     except Refused as exc:
         return MovedRun(run_id, "refused", str(exc))
     path = os.path.join(folder, f"{run_id}.jsonl")
-    return MovedRun(run_id, "exported", None, False, path, count, walker.finished is not None)
+    outcome: Outcome = "exported" if written.fresh else "unchanged"
+    return MovedRun(run_id, outcome, None, False, path, written.products, walker.finished is not None)
 
 
 async def _log_bytes(store: Any, run_id: str) -> bytes:
@@ -194,28 +195,41 @@ def checked(data: bytes, run_id: str) -> Walker:
     return walker
 
 
-async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, folder: str) -> int:
-    """Write the run's referenced products, then its log, durably into `folder`; how many products.
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What `write_run_files` wrote: how many products, and whether any file was new (False: the
+    destination held exactly these files already)."""
+
+    products: int
+    fresh: bool
+
+
+async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, folder: str) -> Written:
+    """Write the run's referenced products, then its log, durably into `folder`.
 
     Raises:
         Conflict: `folder` holds other bytes under the log's or a product's name.
     """
     disk = Disk()
     count = 0
+    fresh = False
     if walker.artifacts and capabilities_of(store).artifacts:
         products = os.path.join(folder, f"{run_id}.artifacts")
         await asyncio.to_thread(os.makedirs, products, exist_ok=True)
         for name in walker.artifacts:
-            if await _export_product(store, run_id, name, os.path.join(products, name), disk):
+            wrote = await _export_product(store, run_id, name, os.path.join(products, name), disk)
+            if wrote is not None:
                 count += 1
+                fresh = wrote or fresh
         await asyncio.to_thread(disk.fsync_dir, products)
         await asyncio.to_thread(disk.fsync_dir, folder)
-    await asyncio.to_thread(_publish, disk, folder, os.path.join(folder, f"{run_id}.jsonl"), data)
-    return count
+    fresh = await asyncio.to_thread(_publish, disk, folder, os.path.join(folder, f"{run_id}.jsonl"), data) or fresh
+    return Written(count, fresh)
 
 
-async def _export_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> bool:
-    """Stream one product into `path` (temporary file, fsync, rename); False when the store has none."""
+async def _export_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> bool | None:
+    """Stream one product into `path` (temporary file, fsync, rename); None when the store has none,
+    False when `path` held the same bytes already."""
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     h = hashlib.sha256()
@@ -230,22 +244,23 @@ async def _export_product(store: Any, run_id: str, name: str, path: str, disk: D
         finally:
             disk.close(fd)
         if not wrote and await store.get_product(run_id, name) is None:
-            return False
-        _settle(disk, tmp, path, h.hexdigest())
+            return None
+        return _settle(disk, tmp, path, h.hexdigest())
     finally:
         with contextlib.suppress(OSError):
             disk.unlink(tmp)
-    return True
 
 
-def _settle(disk: Disk, tmp: str, path: str, digest: str) -> None:
+def _settle(disk: Disk, tmp: str, path: str, digest: str) -> bool:
+    """Put the product in place; False when the same bytes were there already."""
     try:
         existing = _file_digest(path)
     except FileNotFoundError:
         disk.rename(tmp, path)
-        return
+        return True
     if existing != digest:
         raise Conflict(f"the destination already has a different product {path}: nothing of the run was written over")
+    return False
 
 
 async def _product_chunks(store: Any, run_id: str, name: str) -> AsyncIterator[bytes]:
@@ -271,11 +286,12 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             yield chunk
 
 
-def _publish(disk: Disk, directory: str, path: str, data: bytes) -> None:
-    """Write `data` at `path` durably, never over another file (an identical one is the same export)."""
+def _publish(disk: Disk, directory: str, path: str, data: bytes) -> bool:
+    """Write `data` at `path` durably, never over another file (an identical one is the same export:
+    False)."""
     try:
         if read_regular(path, follow_symlinks=False) == data:
-            return
+            return False
         raise Conflict(f"the destination already has a different {os.path.basename(path)}: nothing was written over it")
     except FileNotFoundError:
         pass
@@ -294,6 +310,7 @@ def _publish(disk: Disk, directory: str, path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             disk.unlink(tmp)
     disk.fsync_dir(directory)
+    return True
 
 
 # -- import ---------------------------------------------------------------------------------

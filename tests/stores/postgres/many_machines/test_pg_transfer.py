@@ -106,7 +106,9 @@ def test_the_export_and_import_commands(pg_url, own_db, tmp_path):
     done = polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out), "--json")
     assert done.code == 0, done.stderr
     assert done.json()["runs"][0]["outcome"] == "exported" and done.json()["summary"]["exported"] == 1
-    assert polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out)).code == 0  # the same export
+    again = polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out), "--json")  # the same export
+    assert again.code == 0, again.stderr
+    assert again.json()["runs"][0]["outcome"] == "unchanged" and again.json()["summary"]["unchanged"] == 1
     (out / f"{run_id}.jsonl").write_bytes((out / f"{run_id}.jsonl").read_bytes() + b"\n")
     assert polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out)).code == 6
     assert polyloop_in_process("export", "no-such-run", "--store", pg_url, "--to", str(out)).code == 2
@@ -138,3 +140,4 @@ def test_archive_on_postgres_keeps_the_products(pg_url, tmp_path, pg_conn):
     digest = hashlib.sha256(b"\x00" * 300_000).hexdigest()
     assert pg_conn.execute("SELECT count(*) FROM polyloop_products WHERE run_id = %s", (run_id,)).fetchone()[0] == 0
     assert pg_conn.execute("SELECT count(*) FROM polyloop_product_chunks WHERE sha256 = %s", (digest,)).fetchone()[0] == 0
+
