@@ -9,6 +9,8 @@ to a temporary file, fsync'd and renamed; then the log, published with
 `link(2)` (never over another file) and the directory fsync'd. Files
 already there with the same bytes are the same export (exporting twice is
 harmless: the run is `unchanged`); other bytes are a conflict and the run is refused.
+A product missing or altered in the store (as `verify` judges it) refuses
+the run before any of its files is put in place.
 
 Import verifies each log (`verify_file`: a corrupt log or a bad product is
 refused; a torn tail is dropped, as every reader drops it) and loads it,
@@ -37,6 +39,7 @@ from .._log.errors import InvalidInputError, RunActiveError, RunNotFoundError
 from .._log.ids import check_run_id
 from .._log.store_port import capabilities_of
 from .._recovery.walker import Walker
+from .._run.artifacts import ArtifactCheck, refused_artifacts
 from ..stores._disk import Disk
 from ..stores._open import open_store
 from ..stores._products import CHUNK, ProductFile
@@ -204,11 +207,25 @@ class Written:
     fresh: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    tmp: str
+    path: str
+    size: int
+    digest: str
+
+
 async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, folder: str) -> Written:
     """Write the run's referenced products, then its log, durably into `folder`.
 
+    The products are streamed into temporary files and checked against the
+    log's references first, as `verify` checks them: a missing or altered
+    product (no accepted change covers it) refuses the run before anything
+    is put in place.
+
     Raises:
         Conflict: `folder` holds other bytes under the log's or a product's name.
+        Refused: a product the log references is missing or altered in the store.
     """
     disk = Disk()
     count = 0
@@ -216,39 +233,65 @@ async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, 
     if walker.artifacts and capabilities_of(store).artifacts:
         products = os.path.join(folder, f"{run_id}.artifacts")
         await asyncio.to_thread(os.makedirs, products, exist_ok=True)
-        for name in walker.artifacts:
-            wrote = await _export_product(store, run_id, name, os.path.join(products, name), disk)
-            if wrote is not None:
+        staged: list[_Staged] = []
+        try:
+            checks = []
+            in_flight = bool(walker.in_flight())
+            for name, ref in walker.artifacts.items():
+                got = await _stage_product(store, run_id, name, os.path.join(products, name), disk)
+                if got is not None:
+                    staged.append(got)
+                checks.append(_judged(ref, got, in_flight))
+            bad = refused_artifacts(checks, walker)
+            if bad:
+                with contextlib.suppress(OSError):
+                    os.rmdir(products)  # made for this run, still empty: leave nothing behind
+                raise Refused(f"its {bad[0].sentence()} in the store (`polyloop verify --store` checks every "
+                              "product): nothing of the run was written")
+            for item in staged:
+                fresh = _settle(disk, item.tmp, item.path, item.digest) or fresh
                 count += 1
-                fresh = wrote or fresh
+        finally:
+            for item in staged:
+                with contextlib.suppress(OSError):
+                    disk.unlink(item.tmp)
         await asyncio.to_thread(disk.fsync_dir, products)
         await asyncio.to_thread(disk.fsync_dir, folder)
     fresh = await asyncio.to_thread(_publish, disk, folder, os.path.join(folder, f"{run_id}.jsonl"), data) or fresh
     return Written(count, fresh)
 
 
-async def _export_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> bool | None:
-    """Stream one product into `path` (temporary file, fsync, rename); None when the store has none,
-    False when `path` held the same bytes already."""
+def _judged(ref: Any, got: _Staged | None, in_flight: bool) -> ArtifactCheck:
+    """The product as exported, against its reference (as `verify` judges the file it will be)."""
+    if got is None:
+        return ArtifactCheck(ref, "missing")
+    if (got.size, got.digest) == (ref.size, ref.sha256):
+        return ArtifactCheck(ref, "ok", got.size, got.digest)
+    return ArtifactCheck(ref, "unsettled" if in_flight else "altered", got.size, got.digest)
+
+
+async def _stage_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> _Staged | None:
+    """Stream one product into a temporary file beside `path`, fsync'd; None when the store has none."""
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     h = hashlib.sha256()
-    wrote = False
+    size = 0
+    keep = False
     try:
         try:
             async for chunk in _product_chunks(store, run_id, name):
-                wrote = True
                 h.update(chunk)
+                size += len(chunk)
                 await asyncio.to_thread(disk.write, fd, chunk)
             await asyncio.to_thread(disk.fsync, fd)
         finally:
             disk.close(fd)
-        if not wrote and await store.get_product(run_id, name) is None:
-            return None
-        return _settle(disk, tmp, path, h.hexdigest())
+        keep = size > 0 or await store.get_product(run_id, name) is not None
     finally:
-        with contextlib.suppress(OSError):
-            disk.unlink(tmp)
+        if not keep:
+            with contextlib.suppress(OSError):
+                disk.unlink(tmp)
+    return _Staged(tmp, path, size, h.hexdigest()) if keep else None
 
 
 def _settle(disk: Disk, tmp: str, path: str, digest: str) -> bool:

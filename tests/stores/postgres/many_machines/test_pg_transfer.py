@@ -141,3 +141,30 @@ def test_archive_on_postgres_keeps_the_products(pg_url, tmp_path, pg_conn):
     assert pg_conn.execute("SELECT count(*) FROM polyloop_products WHERE run_id = %s", (run_id,)).fetchone()[0] == 0
     assert pg_conn.execute("SELECT count(*) FROM polyloop_product_chunks WHERE sha256 = %s", (digest,)).fetchone()[0] == 0
 
+
+def test_export_refuses_a_run_whose_product_was_altered_in_the_database_and_writes_nothing(pg_url, pg_conn, tmp_path):
+    run_id = fresh("altered")
+
+    @tool(replay="safe")
+    def keep(ctx: ToolContext) -> object:
+        return ctx.artifacts.write("p.bin", bytes(range(256)) * 4000)
+
+    async def start() -> None:
+        async with PostgresStore(pg_url, lease=2) as store:
+            agent = Agent(model=ScriptedModel([{"tool": "keep", "args": {}}, {"final": "ok"}]), tools=[keep])
+            await agent.run("g", run_id=run_id, store=store)
+
+    asyncio.run(start())
+    pg_conn.execute(
+        "UPDATE polyloop_product_chunks SET data = overlay(data placing '\\x00'::bytea from 5 for 1) "
+        "WHERE n = 0 AND sha256 = (SELECT sha256 FROM polyloop_products WHERE run_id = %s)", (run_id,))
+    out = tmp_path / "out"
+    done = polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out), "--json")
+    assert done.code == 1, done.stderr
+    [moved] = done.json()["runs"]
+    assert moved["outcome"] == "refused" and "'p.bin'" in moved["reason"] and "altered" in moved["reason"], moved
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == []  # no log, no product, no temporary file
+    # Archive is built on export: the run stays in the database.
+    kept = polyloop_in_process("archive", run_id, "--store", pg_url, "--to", str(tmp_path / "a"), "--json")
+    assert kept.code == 1, kept.stderr
+    assert pg_conn.execute("SELECT count(*) FROM polyloop_records WHERE run_id = %s", (run_id,)).fetchone()[0] > 0
