@@ -13,7 +13,8 @@ A product missing or altered in the store (as `verify` judges it) refuses
 the run before any of its files is put in place.
 
 Import verifies each log (`verify_file`: a corrupt log or a bad product is
-refused; a torn tail is dropped, as every reader drops it) and loads it,
+refused; a torn tail is dropped, as every reader drops it; a run a live
+process holds in its directory is refused, as export refuses one) and loads it,
 products included, in one transaction (`PostgresStore.load_run`). A run id
 that already has the same records and products is `unchanged`; one with
 other content is refused as a conflict, and nothing is written. The run
@@ -41,6 +42,7 @@ from .._log.store_port import capabilities_of
 from .._recovery.walker import Walker
 from .._run.artifacts import ArtifactCheck, refused_artifacts
 from ..stores._disk import Disk
+from ..stores._jsonl import JsonlStore
 from ..stores._open import open_store
 from ..stores._products import CHUNK, ProductFile
 from ..stores._url import store_kind
@@ -389,6 +391,10 @@ async def _import_one(store: Any, log: Path) -> MovedRun:
         check_run_id(run_id)
     except InvalidInputError as exc:
         return MovedRun(run_id, "refused", str(exc), path=str(log))
+    holder = await asyncio.to_thread(JsonlStore(log.parent).holder, run_id)
+    if holder:  # its log is still growing: a copy would be resumable beside the live run
+        return MovedRun(run_id, "refused", f"a live process holds it where it is ({holder}): import it once it let go",
+                        path=str(log))
     verdict = await asyncio.to_thread(verify_file, log)
     if verdict.status in ("corrupt", "bad_product"):
         first = verdict.problems[0][1] if verdict.problems else verdict.status

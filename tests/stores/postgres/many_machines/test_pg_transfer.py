@@ -168,3 +168,19 @@ def test_export_refuses_a_run_whose_product_was_altered_in_the_database_and_writ
     kept = polyloop_in_process("archive", run_id, "--store", pg_url, "--to", str(tmp_path / "a"), "--json")
     assert kept.code == 1, kept.stderr
     assert pg_conn.execute("SELECT count(*) FROM polyloop_records WHERE run_id = %s", (run_id,)).fetchone()[0] > 0
+
+
+async def test_import_refuses_a_run_a_live_process_still_holds_in_its_directory(own_db, tmp_path):
+    # Its log is still growing there: a copy in the database would be resumable beside the live run.
+    folder = tmp_path / "live"
+    local = JsonlStore(folder)
+    run_id = fresh("held")
+    await Agent(model=ScriptedModel([{"final": "ok"}]), tools=[]).run("g", run_id=run_id, store=local)
+    async with local.lock(run_id):  # a live holder (the kernel's flock, as another process holds it)
+        report = await import_runs([folder], store_spec=own_db)
+    [moved] = report.runs
+    assert moved.outcome == "refused" and not moved.conflict and "holds it" in (moved.reason or ""), moved
+    async with PostgresStore(own_db, lease=2) as there:
+        assert run_id not in await there.list_runs()
+    again = await import_runs([folder], store_spec=own_db)  # once it let go
+    assert [r.outcome for r in again.runs] == ["imported"]
