@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -226,7 +226,8 @@ class _Read:
         self._holder = holder
         self._parsed = parsed
         self._store = store
-        self.capabilities = Capabilities(holding=True, parsing=True, artifacts=capabilities_of(store).artifacts)
+        has = capabilities_of(store)
+        self.capabilities = Capabilities(holding=True, parsing=True, artifacts=has.artifacts, exporting=has.exporting)
 
     def holder(self, run_id: str) -> str | None:
         return self._holder
@@ -237,6 +238,9 @@ class _Read:
     async def get_product(self, run_id: str, name: str) -> bytes | None:
         data: bytes | None = await self._store.get_product(run_id, name)  # type: ignore[attr-defined]
         return data
+
+    def product_chunks(self, run_id: str, name: str) -> AsyncIterator[bytes]:
+        return self._store.product_chunks(run_id, name)  # type: ignore[attr-defined, no-any-return]
 
 
 async def _store_summaries(

@@ -40,7 +40,7 @@ from .._log.errors import InvalidInputError, RunActiveError, RunNotFoundError
 from .._log.ids import check_run_id
 from .._log.store_port import capabilities_of
 from .._recovery.walker import Walker
-from .._run.artifacts import ArtifactCheck, refused_artifacts
+from .._run.artifacts import ArtifactCheck, judge, judge_digest, refused_artifacts
 from ..stores._disk import Disk
 from ..stores._jsonl import JsonlStore
 from ..stores._open import open_store
@@ -266,10 +266,8 @@ async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, 
 def _judged(ref: Any, got: _Staged | None, in_flight: bool) -> ArtifactCheck:
     """The product as exported, against its reference (as `verify` judges the file it will be)."""
     if got is None:
-        return ArtifactCheck(ref, "missing")
-    if (got.size, got.digest) == (ref.size, ref.sha256):
-        return ArtifactCheck(ref, "ok", got.size, got.digest)
-    return ArtifactCheck(ref, "unsettled" if in_flight else "altered", got.size, got.digest)
+        return judge(ref, None, in_flight=in_flight)
+    return judge_digest(ref, got.size, got.digest, in_flight=in_flight)
 
 
 async def _stage_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> _Staged | None:
