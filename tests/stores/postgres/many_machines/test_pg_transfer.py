@@ -184,3 +184,15 @@ async def test_import_refuses_a_run_a_live_process_still_holds_in_its_directory(
         assert run_id not in await there.list_runs()
     again = await import_runs([folder], store_spec=own_db)  # once it let go
     assert [r.outcome for r in again.runs] == ["imported"]
+
+
+async def test_export_refuses_a_run_a_live_process_holds_in_the_database_and_writes_nothing(pg_url, tmp_path):
+    run_id = fresh("leased")
+    async with PostgresStore(pg_url, lease=30) as store:
+        await Agent(model=ScriptedModel([{"final": "ok"}]), tools=[]).run("g", run_id=run_id, store=store)
+        async with store.lock(run_id):  # a live holder with a lease, as a worker holds a run
+            report = await export_runs(pg_url, [run_id], to=tmp_path / "out")
+    [moved] = report.runs
+    assert moved.outcome == "refused" and not moved.conflict and "a live process holds it" in (moved.reason or "")
+    assert list((tmp_path / "out").iterdir()) == []
+    assert [r.outcome for r in (await export_runs(pg_url, [run_id], to=tmp_path / "out")).runs] == ["exported"]
