@@ -148,7 +148,8 @@ def command(
     "lost", "finished", "released", "claim_p50_ms", "since_loop_s"}.
 
     --otel traces every run it runs (the trace a run started continues) and
-    counts takeovers.
+    sends the worker's metrics: takeovers, fenced rejections, claim latency,
+    queue depth.
 
     --until-idle waits for runs held by other workers too, and for the lease
     of a dead worker to lapse (its runs are then taken over), so it exits
