@@ -41,6 +41,7 @@ from .._log.ids import check_run_id
 from .._log.store_port import capabilities_of
 from .._recovery.walker import Walker
 from .._run.artifacts import ArtifactCheck, judge, judge_digest, refused_artifacts
+from ..stores._artifacts import NotRegularArtifactError
 from ..stores._disk import Disk
 from ..stores._jsonl import JsonlStore
 from ..stores._open import open_store
@@ -240,7 +241,11 @@ async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, 
             checks = []
             in_flight = bool(walker.in_flight())
             for name, ref in walker.artifacts.items():
-                got = await _stage_product(store, run_id, name, os.path.join(products, name), disk)
+                try:
+                    got = await _stage_product(store, run_id, name, os.path.join(products, name), disk)
+                except NotRegularArtifactError as exc:  # a directory's: a link or a FIFO in its place
+                    checks.append(judge(ref, None, in_flight=in_flight, instead=exc.instead))
+                    continue
                 if got is not None:
                     staged.append(got)
                 checks.append(_judged(ref, got, in_flight))

@@ -196,3 +196,25 @@ async def test_export_refuses_a_run_a_live_process_holds_in_the_database_and_wri
     assert moved.outcome == "refused" and not moved.conflict and "a live process holds it" in (moved.reason or "")
     assert list((tmp_path / "out").iterdir()) == []
     assert [r.outcome for r in (await export_runs(pg_url, [run_id], to=tmp_path / "out")).runs] == ["exported"]
+
+
+async def test_export_from_a_directory_refuses_only_the_run_whose_product_is_not_the_file_written(tmp_path):
+    # A link (or a FIFO) where a product was written is a missing product: that run is refused, the others move.
+    folder = tmp_path / "runs"
+    local = JsonlStore(folder)
+
+    @tool(replay="safe")
+    def keep(ctx: ToolContext) -> object:
+        return ctx.artifacts.write("p.bin", b"kept")
+
+    linked, plain = fresh("linked"), fresh("plain")
+    for run_id in (linked, plain):
+        agent = Agent(model=ScriptedModel([{"tool": "keep", "args": {}}, {"final": "ok"}]), tools=[keep])
+        await agent.run("g", run_id=run_id, store=local)
+    product = folder / f"{linked}.artifacts" / "p.bin"
+    product.unlink()
+    product.symlink_to(folder / f"{plain}.artifacts" / "p.bin")  # the same bytes, through a link
+    report = await export_runs(str(folder), [linked, plain], to=tmp_path / "out")
+    assert [r.outcome for r in report.runs] == ["refused", "exported"], report
+    assert "symbolic link" in (report.runs[0].reason or ""), report.runs[0]
+    assert not (tmp_path / "out" / f"{linked}.jsonl").exists()
