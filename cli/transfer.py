@@ -35,15 +35,17 @@ def export_command(
     store writes them) and DIR/RUN.artifacts/NAME for every product its
     log references: what `polyloop verify` accepts and `--dir DIR` reads.
     The products are written and fsync'd first, then the log. The store is
-    left as it was. A run a live process holds, or a corrupt log, is refused.
-    Files already in DIR with the same bytes are the same export; other
+    left as it was. A run a live process holds, a corrupt log, or a product
+    missing or altered in the store is refused.
+    Files already in DIR with the same bytes are the same export (unchanged); other
     bytes under a run's name are a conflict: the run is refused, nothing is
     written over them. `polyloop import DIR --store URL` loads them elsewhere.
 
     Exit: 0 every run was exported; 6 some run was refused as a conflict
     (DIR holds other content under its name) and none for another reason;
-    1 some run was refused (held, corrupt) or the store failed; 2 bad usage
-    - a run that does not exist, an unsafe run id, DIR cannot be made.
+    1 some run was refused (held, corrupt, a bad product) or the store
+    failed; 2 bad usage - a run that does not exist, an unsafe run id, DIR
+    cannot be made.
 
     \b
     Example:

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from polyloop.for_cli import keep_file, serve_port
+from polyloop.for_cli import keep_file, serve_port, write_state
 from polyloop.stores import Worker, WorkerEvent
 
 from . import documents, errors, paste, telemetry, terminal
-from .errors import INTERRUPTED, failures
+from .errors import INTERRUPTED, BadInput, failures
 from .scope import Scope
 from .submit import QueueDir, StoreUrl, postgres_store
 
@@ -148,7 +148,8 @@ def command(
     "lost", "finished", "released", "claim_p50_ms", "since_loop_s"}.
 
     --otel traces every run it runs (the trace a run started continues) and
-    counts takeovers.
+    sends the worker's metrics: takeovers, fenced rejections, claim latency,
+    queue depth.
 
     --until-idle waits for runs held by other workers too, and for the lease
     of a dead worker to lapse (its runs are then taken over), so it exits
@@ -204,9 +205,16 @@ async def _work(worker: Worker, *, grace: float, health: str | None, port: int |
     server = None
     try:
         if health:
+            try:
+                write_state(worker, health)  # a path that cannot be kept is refused before any claim
+            except OSError as exc:
+                raise BadInput(f"cannot keep the health file {health}: {_why(exc)}") from None
             probes.append(asyncio.create_task(keep_file(worker, health)))
         if port:
-            server = await serve_port(worker, port)
+            try:
+                server = await serve_port(worker, port)
+            except OSError as exc:
+                raise BadInput(f"cannot answer liveness probes on --port {port}: {_why(exc)}") from None
         async with worker.store:
             sampling = asyncio.create_task(sample(worker.store)) if sample is not None else None
             try:
@@ -224,6 +232,10 @@ async def _work(worker: Worker, *, grace: float, health: str | None, port: int |
         if server is not None:
             server.close()
     return received
+
+
+def _why(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
 class _DriverLog(logging.Handler):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ._files import read_regular
-from ._fleet.health import keep_file, serve_port
+from ._fleet.health import keep_file, serve_port, write_state
 from ._log import commands
 from ._log.commands import Place
 from ._log.names import execution_name
@@ -31,9 +31,9 @@ from .stores._place import place_of
 
 __all__ = [
     "JSON_SCHEMA", "MovedRun", "Place", "ROLES", "ServeOptions", "Settled", "TransferReport", "UsersFileError",
-    "add_user", "canonical_target", "capture_from_env", "check_exporters", "commands", "decide", "execution_name", "export_runs",
-    "import_runs", "is_loopback", "keep_file", "otlp_traces_url", "place_of", "read_regular", "resolve", "serve_console", "serve_port",
-    "telemetry_by_env", "trace_json", "trace_run",
+    "add_user", "canonical_target", "capture_from_env", "check_exporters", "commands", "decide", "execution_name",
+    "export_runs", "import_runs", "is_loopback", "keep_file", "otlp_traces_url", "place_of", "read_regular", "resolve",
+    "serve_console", "serve_port", "telemetry_by_env", "trace_json", "trace_run", "write_state",
 ]
 
 

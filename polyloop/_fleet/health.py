@@ -49,20 +49,33 @@ def state(worker: Worker) -> dict[str, Any]:
     }
 
 
+def write_state(worker: Worker, path: str) -> None:
+    """Write the state to `path` once (a temporary file beside it, renamed over it).
+
+    Raises:
+        OSError: `path` cannot be written (its directory is missing, it is a directory...).
+    """
+    tmp = f"{path}.{os.getpid()}.tmp"
+    data = (json.dumps(state(worker)) + "\n").encode()
+    try:
+        with open(tmp, "wb") as f:  # noqa: PTH123 - a few bytes, on the loop: the probe is about the loop
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 async def keep_file(worker: Worker, path: str) -> None:
     """Write the state to `path` every `EVERY` seconds until cancelled, then remove it."""
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         while True:
-            data = (json.dumps(state(worker)) + "\n").encode()
-            with open(tmp, "wb") as f:  # noqa: PTH123 - a few bytes, on the loop: the probe is about the loop
-                f.write(data)
-            os.replace(tmp, path)
+            write_state(worker, path)
             await asyncio.sleep(EVERY)
     finally:
-        for leftover in (tmp, path):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 async def serve_port(worker: Worker, port: int, *, host: str = "0.0.0.0") -> asyncio.Server:  # noqa: S104

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -219,19 +219,28 @@ def _summary(run_id: str, report: Any, file: str) -> RunSummary:
 
 
 class _Read:
-    """One run of a store as `inspect_run` sees it: the holder and the log read beforehand."""
+    """One run of a store as `inspect_run` sees it: the holder and the log read beforehand, and
+    the products read from the store itself (so they are judged as `inspect` judges them)."""
 
-    capabilities = Capabilities(holding=True, parsing=True)
-
-    def __init__(self, holder: str | None, parsed: ParsedLog) -> None:
+    def __init__(self, holder: str | None, parsed: ParsedLog, store: Store) -> None:
         self._holder = holder
         self._parsed = parsed
+        self._store = store
+        has = capabilities_of(store)
+        self.capabilities = Capabilities(holding=True, parsing=True, artifacts=has.artifacts, exporting=has.exporting)
 
     def holder(self, run_id: str) -> str | None:
         return self._holder
 
     async def read_parsed(self, run_id: str) -> ParsedLog:
         return self._parsed
+
+    async def get_product(self, run_id: str, name: str) -> bytes | None:
+        data: bytes | None = await self._store.get_product(run_id, name)  # type: ignore[attr-defined]
+        return data
+
+    def product_chunks(self, run_id: str, name: str) -> AsyncIterator[bytes]:
+        return self._store.product_chunks(run_id, name)  # type: ignore[attr-defined, no-any-return]
 
 
 async def _store_summaries(
@@ -264,7 +273,7 @@ async def _store_summaries(
                 if batched:
                     if run_id not in logs:
                         continue  # removed since the runs were listed
-                    report = await inspect_run(_Read(holders.get(run_id), logs[run_id]), run_id)  # type: ignore[arg-type]
+                    report = await inspect_run(_Read(holders.get(run_id), logs[run_id], store), run_id)  # type: ignore[arg-type]
                 else:
                     report = await inspect_run(store, run_id)
             except RunNotFoundError:

@@ -8,10 +8,13 @@ references (latest reference per name). Products are written first, each
 to a temporary file, fsync'd and renamed; then the log, published with
 `link(2)` (never over another file) and the directory fsync'd. Files
 already there with the same bytes are the same export (exporting twice is
-harmless); other bytes are a conflict and the run is refused.
+harmless: the run is `unchanged`); other bytes are a conflict and the run is refused.
+A product missing or altered in the store (as `verify` judges it) refuses
+the run before any of its files is put in place.
 
 Import verifies each log (`verify_file`: a corrupt log or a bad product is
-refused; a torn tail is dropped, as every reader drops it) and loads it,
+refused; a torn tail is dropped, as every reader drops it; a run a live
+process holds in its directory is refused, as export refuses one) and loads it,
 products included, in one transaction (`PostgresStore.load_run`). A run id
 that already has the same records and products is `unchanged`; one with
 other content is refused as a conflict, and nothing is written. The run
@@ -37,7 +40,10 @@ from .._log.errors import InvalidInputError, RunActiveError, RunNotFoundError
 from .._log.ids import check_run_id
 from .._log.store_port import capabilities_of
 from .._recovery.walker import Walker
+from .._run.artifacts import ArtifactCheck, judge, judge_digest, refused_artifacts
+from ..stores._artifacts import NotRegularArtifactError
 from ..stores._disk import Disk
+from ..stores._jsonl import JsonlStore
 from ..stores._open import open_store
 from ..stores._products import CHUNK, ProductFile
 from ..stores._url import store_kind
@@ -158,7 +164,7 @@ async def _export_one(store: Any, run_id: str, folder: str) -> MovedRun:
     try:
         data = await _log_bytes(store, run_id)
         walker = checked(data, run_id)
-        count = await write_run_files(store, run_id, data, walker, folder)
+        written = await write_run_files(store, run_id, data, walker, folder)
     except RunActiveError as exc:
         return MovedRun(run_id, "refused", f"a live process holds it ({exc.holder or 'another process'})")
     except Conflict as exc:
@@ -166,7 +172,8 @@ async def _export_one(store: Any, run_id: str, folder: str) -> MovedRun:
     except Refused as exc:
         return MovedRun(run_id, "refused", str(exc))
     path = os.path.join(folder, f"{run_id}.jsonl")
-    return MovedRun(run_id, "exported", None, False, path, count, walker.finished is not None)
+    outcome: Outcome = "exported" if written.fresh else "unchanged"
+    return MovedRun(run_id, outcome, None, False, path, written.products, walker.finished is not None)
 
 
 async def _log_bytes(store: Any, run_id: str) -> bytes:
@@ -194,58 +201,114 @@ def checked(data: bytes, run_id: str) -> Walker:
     return walker
 
 
-async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, folder: str) -> int:
-    """Write the run's referenced products, then its log, durably into `folder`; how many products.
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What `write_run_files` wrote: how many products, and whether any file was new (False: the
+    destination held exactly these files already)."""
+
+    products: int
+    fresh: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    tmp: str
+    path: str
+    size: int
+    digest: str
+
+
+async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, folder: str) -> Written:
+    """Write the run's referenced products, then its log, durably into `folder`.
+
+    The products are streamed into temporary files and checked against the
+    log's references first, as `verify` checks them: a missing or altered
+    product (no accepted change covers it) refuses the run before anything
+    is put in place.
 
     Raises:
         Conflict: `folder` holds other bytes under the log's or a product's name.
+        Refused: a product the log references is missing or altered in the store.
     """
     disk = Disk()
     count = 0
+    fresh = False
     if walker.artifacts and capabilities_of(store).artifacts:
         products = os.path.join(folder, f"{run_id}.artifacts")
         await asyncio.to_thread(os.makedirs, products, exist_ok=True)
-        for name in walker.artifacts:
-            if await _export_product(store, run_id, name, os.path.join(products, name), disk):
+        staged: list[_Staged] = []
+        try:
+            checks = []
+            in_flight = bool(walker.in_flight())
+            for name, ref in walker.artifacts.items():
+                try:
+                    got = await _stage_product(store, run_id, name, os.path.join(products, name), disk)
+                except NotRegularArtifactError as exc:  # a directory's: a link or a FIFO in its place
+                    checks.append(judge(ref, None, in_flight=in_flight, instead=exc.instead))
+                    continue
+                if got is not None:
+                    staged.append(got)
+                checks.append(_judged(ref, got, in_flight))
+            bad = refused_artifacts(checks, walker)
+            if bad:
+                with contextlib.suppress(OSError):
+                    os.rmdir(products)  # made for this run, still empty: leave nothing behind
+                raise Refused(f"its {bad[0].sentence()} in the store (`polyloop verify --store` checks every "
+                              "product): nothing of the run was written")
+            for item in staged:
+                fresh = _settle(disk, item.tmp, item.path, item.digest) or fresh
                 count += 1
+        finally:
+            for item in staged:
+                with contextlib.suppress(OSError):
+                    disk.unlink(item.tmp)
         await asyncio.to_thread(disk.fsync_dir, products)
         await asyncio.to_thread(disk.fsync_dir, folder)
-    await asyncio.to_thread(_publish, disk, folder, os.path.join(folder, f"{run_id}.jsonl"), data)
-    return count
+    fresh = await asyncio.to_thread(_publish, disk, folder, os.path.join(folder, f"{run_id}.jsonl"), data) or fresh
+    return Written(count, fresh)
 
 
-async def _export_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> bool:
-    """Stream one product into `path` (temporary file, fsync, rename); False when the store has none."""
+def _judged(ref: Any, got: _Staged | None, in_flight: bool) -> ArtifactCheck:
+    """The product as exported, against its reference (as `verify` judges the file it will be)."""
+    if got is None:
+        return judge(ref, None, in_flight=in_flight)
+    return judge_digest(ref, got.size, got.digest, in_flight=in_flight)
+
+
+async def _stage_product(store: Any, run_id: str, name: str, path: str, disk: Disk) -> _Staged | None:
+    """Stream one product into a temporary file beside `path`, fsync'd; None when the store has none."""
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     h = hashlib.sha256()
-    wrote = False
+    size = 0
+    keep = False
     try:
         try:
             async for chunk in _product_chunks(store, run_id, name):
-                wrote = True
                 h.update(chunk)
+                size += len(chunk)
                 await asyncio.to_thread(disk.write, fd, chunk)
             await asyncio.to_thread(disk.fsync, fd)
         finally:
             disk.close(fd)
-        if not wrote and await store.get_product(run_id, name) is None:
-            return False
-        _settle(disk, tmp, path, h.hexdigest())
+        keep = size > 0 or await store.get_product(run_id, name) is not None
     finally:
-        with contextlib.suppress(OSError):
-            disk.unlink(tmp)
-    return True
+        if not keep:
+            with contextlib.suppress(OSError):
+                disk.unlink(tmp)
+    return _Staged(tmp, path, size, h.hexdigest()) if keep else None
 
 
-def _settle(disk: Disk, tmp: str, path: str, digest: str) -> None:
+def _settle(disk: Disk, tmp: str, path: str, digest: str) -> bool:
+    """Put the product in place; False when the same bytes were there already."""
     try:
         existing = _file_digest(path)
     except FileNotFoundError:
         disk.rename(tmp, path)
-        return
+        return True
     if existing != digest:
         raise Conflict(f"the destination already has a different product {path}: nothing of the run was written over")
+    return False
 
 
 async def _product_chunks(store: Any, run_id: str, name: str) -> AsyncIterator[bytes]:
@@ -271,11 +334,12 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             yield chunk
 
 
-def _publish(disk: Disk, directory: str, path: str, data: bytes) -> None:
-    """Write `data` at `path` durably, never over another file (an identical one is the same export)."""
+def _publish(disk: Disk, directory: str, path: str, data: bytes) -> bool:
+    """Write `data` at `path` durably, never over another file (an identical one is the same export:
+    False)."""
     try:
         if read_regular(path, follow_symlinks=False) == data:
-            return
+            return False
         raise Conflict(f"the destination already has a different {os.path.basename(path)}: nothing was written over it")
     except FileNotFoundError:
         pass
@@ -294,6 +358,7 @@ def _publish(disk: Disk, directory: str, path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             disk.unlink(tmp)
     disk.fsync_dir(directory)
+    return True
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -329,6 +394,10 @@ async def _import_one(store: Any, log: Path) -> MovedRun:
         check_run_id(run_id)
     except InvalidInputError as exc:
         return MovedRun(run_id, "refused", str(exc), path=str(log))
+    holder = await asyncio.to_thread(JsonlStore(log.parent).holder, run_id)
+    if holder:  # its log is still growing: a copy would be resumable beside the live run
+        return MovedRun(run_id, "refused", f"a live process holds it where it is ({holder}): import it once it let go",
+                        path=str(log))
     verdict = await asyncio.to_thread(verify_file, log)
     if verdict.status in ("corrupt", "bad_product"):
         first = verdict.problems[0][1] if verdict.problems else verdict.status

@@ -124,32 +124,57 @@ def judge(ref: Artifact, data: bytes | None, *, in_flight: bool = False, instead
     """Compare a product's bytes (None: no regular file holds them; `instead`: what does) with its reference; pure."""
     if data is None:
         return ArtifactCheck(ref, "missing", instead=instead)
-    if len(data) == ref.size:
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == ref.sha256:
-            return ArtifactCheck(ref, "ok", len(data), digest)
-    else:
-        digest = hashlib.sha256(data).hexdigest()
-    return ArtifactCheck(ref, "unsettled" if in_flight else "altered", len(data), digest)
+    return judge_digest(ref, len(data), hashlib.sha256(data).hexdigest(), in_flight=in_flight)
+
+
+def judge_digest(ref: Artifact, size: int, digest: str, *, in_flight: bool = False) -> ArtifactCheck:
+    """`judge` of a product known by its size and SHA-256 (hashed as it streamed by); pure."""
+    if size == ref.size and digest == ref.sha256:
+        return ArtifactCheck(ref, "ok", size, digest)
+    return ArtifactCheck(ref, "unsettled" if in_flight else "altered", size, digest)
 
 
 async def artifact_checks(store: Store, walker: Walker) -> list[ArtifactCheck]:
     """Every product the run references (latest reference per name), checked against the store.
 
     A store without the `ArtifactStore` capability holds none: each is `missing`.
+    A store that streams its products (`product_chunks`, a database:
+    `Capabilities.exporting`) has each hashed a chunk at a time, never read whole.
     """
     refs = list(walker.artifacts.values())
     if not refs:
         return []
     in_flight = bool(walker.in_flight())
+    run_id = walker.started.run_id if walker.started else ""
+    streams = capabilities_of(store).artifacts and capabilities_of(store).exporting
     checks = []
     for ref in refs:
-        data, instead = await _get(store, walker.started.run_id if walker.started else "", ref.name)
+        if streams:
+            checks.append(await _streamed(store, run_id, ref, in_flight))
+            continue
+        data, instead = await _get(store, run_id, ref.name)
         if data is not None and len(data) > _OFF_LOOP_BYTES:
             checks.append(await asyncio.to_thread(judge, ref, data, in_flight=in_flight))
         else:
             checks.append(judge(ref, data, in_flight=in_flight, instead=instead))
     return checks
+
+
+async def _streamed(store: Any, run_id: str, ref: Artifact, in_flight: bool) -> ArtifactCheck:
+    """The check of a product the store streams: hashed a chunk at a time (none: missing)."""
+    h = hashlib.sha256()
+    size = 0
+    try:
+        async for chunk in store.product_chunks(run_id, ref.name):
+            h.update(chunk)
+            size += len(chunk)
+        if size == 0 and await store.get_product(run_id, ref.name) is None:
+            return judge(ref, None, in_flight=in_flight)
+    except PolyLoopError:
+        raise
+    except Exception as exc:
+        raise StoreError(f"store failed to read product {ref.name!r} of run {run_id!r}: {exc}", run_id=run_id) from exc
+    return judge_digest(ref, size, h.hexdigest(), in_flight=in_flight)
 
 
 def accepted_artifacts(walker: Walker) -> set[tuple[str, str | None]]:

@@ -41,7 +41,7 @@ async def a_run_moves_out_whole(store: Any, expect: Any) -> None:
     with tempfile.TemporaryDirectory(prefix="polyloop-contract-") as folder:
         data = await _log_bytes(store, run_id)
         walker = checked(data, run_id)
-        expect(await write_run_files(store, run_id, data, walker, folder) == 1, "the product was not exported")
+        expect((await write_run_files(store, run_id, data, walker, folder)).products == 1, "the product was not exported")
         expect(not (await asyncio.to_thread(verify_logs, folder, workers=1)).failed(), "verify refuses the export")
         local = JsonlStore(folder)
         expect(list(await local.read_log(run_id)) == list(await store.read_log(run_id)),

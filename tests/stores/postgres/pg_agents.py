@@ -6,6 +6,7 @@ for a side effect in the world, which the tests count against the log.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -61,3 +62,19 @@ def wire(ctx: ToolContext, n: int) -> str:
 def approving() -> Agent:
     """One `wire` that waits for approval, then a final answer."""
     return Agent(model=ScriptedModel([{"tool": "wire", "args": {"n": 1}}, {"final": "done"}]), tools=[wire])
+
+
+class _Thinking:
+    """A model each of whose calls takes $PL_TEST_SLOW seconds (a call in hand when a signal comes)."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    async def complete(self, messages, tools):
+        await asyncio.sleep(float(os.environ.get("PL_TEST_SLOW", "0.2")))
+        return await self.model.complete(messages, tools)
+
+
+def thinking() -> Agent:
+    """One slow model call, then a final answer."""
+    return Agent(model=_Thinking(ScriptedModel([{"final": "done"}])), tools=[])

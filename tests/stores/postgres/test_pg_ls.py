@@ -194,3 +194,21 @@ def test_many_runs_are_read_in_few_queries_over_one_connection(own_db, monkeypat
     assert len(found) == 130 and {s.status for s in found} == {"finished"}
     assert len(connects) == 1, len(connects)
     assert len(queries) <= 10, queries
+
+
+def test_a_stopped_runs_products_in_the_database_are_judged_as_inspect_judges_them(own_db, tmp_path):
+    # A run that kept a product and was killed before its next step: its product is in the database,
+    # so ls says what inspect says (resumable), never that the product is missing.
+    products = str(TESTS / "cli" / "artifact_agents.py") + ":pipeline"
+    for where in (["--dir", str(tmp_path / "runs")], ["--store", own_db]):
+        killed = polyloop("run", products, "--goal", "g", "--run-id", "kept", *where, cwd=tmp_path,
+                          env={"POLYLOOP_TEST_DIE_AT_CALL": "2"})
+        assert killed.code == -9, killed
+    on_dir = polyloop("ls", "--dir", str(tmp_path / "runs"), "--json", cwd=tmp_path)
+    on_pg = polyloop("ls", "--store", own_db, "--json", cwd=tmp_path)
+    shown = polyloop("inspect", "kept", "--store", own_db, "--json", cwd=tmp_path)
+    assert on_dir.code == on_pg.code == shown.code == 0, (on_dir, on_pg, shown)
+    [listed] = on_pg.json()
+    assert "missing" not in listed["reason"], listed
+    assert (listed["status"], listed["reason"]) == (shown.json()["status"], shown.json()["reason"])
+    assert _without_place_and_time(on_pg.json()) == _without_place_and_time(on_dir.json())

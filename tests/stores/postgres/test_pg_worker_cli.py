@@ -156,3 +156,31 @@ def test_a_parked_run_says_how_to_reach_its_store_and_that_a_worker_continues_it
     [parked] = [line for line in work.stdout.splitlines() if line.startswith("parked")]
     assert "needs approval" in parked and "run them with --store 'postgresql://" in parked, parked
     assert "once settled, a worker continues the run" in parked
+
+
+def _refused_in_one_line(done, *words: str) -> None:
+    assert done.code == 2, done
+    err = done.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "internal error" not in err, err
+    for word in words:
+        assert word in err, err
+
+
+def test_a_probe_that_cannot_be_served_is_refused_in_one_line_before_any_claim(own_db, tmp_path):
+    from support.cli import polyloop_in_process as polyloop
+
+    [run_id] = fresh_ids("pgc-probe", 1)
+    asyncio.run(submit_runs(own_db, f"{AGENTS}:reads", [run_id]))
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        _refused_in_one_line(polyloop("worker", "--store", own_db, "--until-idle", "--port", str(port)),
+                             f"--port {port}", "in use")
+    missing = tmp_path / "no-such-dir" / "health.json"
+    _refused_in_one_line(polyloop("worker", "--store", own_db, "--until-idle", "--health", str(missing)),
+                         str(missing))
+    _refused_in_one_line(polyloop("worker", "--store", own_db, "--until-idle", "--health", str(tmp_path)),
+                         str(tmp_path))
+    with psycopg.connect(own_db) as conn:
+        assert statuses(conn, [run_id]) == {run_id: "queued"}  # nothing was claimed

@@ -49,6 +49,7 @@ def test_a_workers_spans_carry_its_lease_epoch_and_a_takeover_carries_the_higher
             epochs = conn.execute("SELECT DISTINCT epoch FROM polyloop_records WHERE run_id = 'w2' "
                                   "ORDER BY epoch").fetchall()
     assert '"takeover"' in done.stdout, done.stdout
+    assert "polyloop.worker.takeovers" in live.metrics, live.metrics  # the taking-over worker's metric, flushed at exit
     second = first + 1
     assert epochs == [(first,), (second,)]  # the writes of each holder, fenced by its epoch
     rid = {s.attributes.get("polyloop.result.id"): s for s in live.spans}

@@ -123,3 +123,37 @@ async def test_concurrent_writers_of_the_same_bytes_and_their_replacement_never_
         await asyncio.gather(*(churn(a if i % 2 else b, r) for i, r in enumerate(runs)))
         for run_id in runs:
             assert await a.get_product(run_id, "p") == blob
+
+
+async def test_inspect_and_resume_hash_a_product_a_chunk_at_a_time_never_reading_it_whole(pg_url, pg_conn):
+    from polyloop import inspect_run
+
+    whole: list[str] = []
+
+    class Watched(PostgresStore):
+        async def get_product(self, run_id, name):
+            data = await super().get_product(run_id, name)
+            if data:  # (an empty product, or none, may be asked whole: it costs nothing)
+                whole.append(name)
+            return data
+
+    @tool(replay="safe")
+    def keep(ctx: ToolContext) -> object:
+        return ctx.artifacts.write("big.bin", bytes(range(256)) * (CHUNK // 256) * 3 + b"tail")
+
+    run_id = fresh("streamed")
+    async with Watched(pg_url, lease=5) as store:
+        agent = Agent(model=ScriptedModel([{"tool": "keep", "args": {}}, {"final": "ok"}]), tools=[keep])
+        await agent.run("g", run_id=run_id, store=store)
+        whole.clear()  # what the run itself read is not the check
+        report = await inspect_run(store, run_id)
+        assert [(a.ref.name, a.state) for a in report.artifacts] == [("big.bin", "ok")]
+        pg_conn.execute(
+            "UPDATE polyloop_product_chunks SET data = overlay(data placing '\\xff'::bytea from 1 for 1) "
+            "WHERE n = 2 AND sha256 = (SELECT sha256 FROM polyloop_products WHERE run_id = %s)", (run_id,))
+        report = await inspect_run(store, run_id)
+        assert [(a.ref.name, a.state) for a in report.artifacts] == [("big.bin", "altered")]
+        pg_conn.execute("DELETE FROM polyloop_products WHERE run_id = %s", (run_id,))
+        report = await inspect_run(store, run_id)
+        assert [(a.ref.name, a.state) for a in report.artifacts] == [("big.bin", "missing")]
+    assert whole == [], "a product was read whole to be checked"

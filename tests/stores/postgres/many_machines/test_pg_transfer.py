@@ -106,7 +106,9 @@ def test_the_export_and_import_commands(pg_url, own_db, tmp_path):
     done = polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out), "--json")
     assert done.code == 0, done.stderr
     assert done.json()["runs"][0]["outcome"] == "exported" and done.json()["summary"]["exported"] == 1
-    assert polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out)).code == 0  # the same export
+    again = polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out), "--json")  # the same export
+    assert again.code == 0, again.stderr
+    assert again.json()["runs"][0]["outcome"] == "unchanged" and again.json()["summary"]["unchanged"] == 1
     (out / f"{run_id}.jsonl").write_bytes((out / f"{run_id}.jsonl").read_bytes() + b"\n")
     assert polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out)).code == 6
     assert polyloop_in_process("export", "no-such-run", "--store", pg_url, "--to", str(out)).code == 2
@@ -138,3 +140,81 @@ def test_archive_on_postgres_keeps_the_products(pg_url, tmp_path, pg_conn):
     digest = hashlib.sha256(b"\x00" * 300_000).hexdigest()
     assert pg_conn.execute("SELECT count(*) FROM polyloop_products WHERE run_id = %s", (run_id,)).fetchone()[0] == 0
     assert pg_conn.execute("SELECT count(*) FROM polyloop_product_chunks WHERE sha256 = %s", (digest,)).fetchone()[0] == 0
+
+
+def test_export_refuses_a_run_whose_product_was_altered_in_the_database_and_writes_nothing(pg_url, pg_conn, tmp_path):
+    run_id = fresh("altered")
+
+    @tool(replay="safe")
+    def keep(ctx: ToolContext) -> object:
+        return ctx.artifacts.write("p.bin", bytes(range(256)) * 4000)
+
+    async def start() -> None:
+        async with PostgresStore(pg_url, lease=2) as store:
+            agent = Agent(model=ScriptedModel([{"tool": "keep", "args": {}}, {"final": "ok"}]), tools=[keep])
+            await agent.run("g", run_id=run_id, store=store)
+
+    asyncio.run(start())
+    pg_conn.execute(
+        "UPDATE polyloop_product_chunks SET data = overlay(data placing '\\x00'::bytea from 5 for 1) "
+        "WHERE n = 0 AND sha256 = (SELECT sha256 FROM polyloop_products WHERE run_id = %s)", (run_id,))
+    out = tmp_path / "out"
+    done = polyloop_in_process("export", run_id, "--store", pg_url, "--to", str(out), "--json")
+    assert done.code == 1, done.stderr
+    [moved] = done.json()["runs"]
+    assert moved["outcome"] == "refused" and "'p.bin'" in moved["reason"] and "altered" in moved["reason"], moved
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == []  # no log, no product, no temporary file
+    # Archive is built on export: the run stays in the database.
+    kept = polyloop_in_process("archive", run_id, "--store", pg_url, "--to", str(tmp_path / "a"), "--json")
+    assert kept.code == 1, kept.stderr
+    assert pg_conn.execute("SELECT count(*) FROM polyloop_records WHERE run_id = %s", (run_id,)).fetchone()[0] > 0
+
+
+async def test_import_refuses_a_run_a_live_process_still_holds_in_its_directory(own_db, tmp_path):
+    # Its log is still growing there: a copy in the database would be resumable beside the live run.
+    folder = tmp_path / "live"
+    local = JsonlStore(folder)
+    run_id = fresh("held")
+    await Agent(model=ScriptedModel([{"final": "ok"}]), tools=[]).run("g", run_id=run_id, store=local)
+    async with local.lock(run_id):  # a live holder (the kernel's flock, as another process holds it)
+        report = await import_runs([folder], store_spec=own_db)
+    [moved] = report.runs
+    assert moved.outcome == "refused" and not moved.conflict and "holds it" in (moved.reason or ""), moved
+    async with PostgresStore(own_db, lease=2) as there:
+        assert run_id not in await there.list_runs()
+    again = await import_runs([folder], store_spec=own_db)  # once it let go
+    assert [r.outcome for r in again.runs] == ["imported"]
+
+
+async def test_export_refuses_a_run_a_live_process_holds_in_the_database_and_writes_nothing(pg_url, tmp_path):
+    run_id = fresh("leased")
+    async with PostgresStore(pg_url, lease=30) as store:
+        await Agent(model=ScriptedModel([{"final": "ok"}]), tools=[]).run("g", run_id=run_id, store=store)
+        async with store.lock(run_id):  # a live holder with a lease, as a worker holds a run
+            report = await export_runs(pg_url, [run_id], to=tmp_path / "out")
+    [moved] = report.runs
+    assert moved.outcome == "refused" and not moved.conflict and "a live process holds it" in (moved.reason or "")
+    assert list((tmp_path / "out").iterdir()) == []
+    assert [r.outcome for r in (await export_runs(pg_url, [run_id], to=tmp_path / "out")).runs] == ["exported"]
+
+
+async def test_export_from_a_directory_refuses_only_the_run_whose_product_is_not_the_file_written(tmp_path):
+    # A link (or a FIFO) where a product was written is a missing product: that run is refused, the others move.
+    folder = tmp_path / "runs"
+    local = JsonlStore(folder)
+
+    @tool(replay="safe")
+    def keep(ctx: ToolContext) -> object:
+        return ctx.artifacts.write("p.bin", b"kept")
+
+    linked, plain = fresh("linked"), fresh("plain")
+    for run_id in (linked, plain):
+        agent = Agent(model=ScriptedModel([{"tool": "keep", "args": {}}, {"final": "ok"}]), tools=[keep])
+        await agent.run("g", run_id=run_id, store=local)
+    product = folder / f"{linked}.artifacts" / "p.bin"
+    product.unlink()
+    product.symlink_to(folder / f"{plain}.artifacts" / "p.bin")  # the same bytes, through a link
+    report = await export_runs(str(folder), [linked, plain], to=tmp_path / "out")
+    assert [r.outcome for r in report.runs] == ["refused", "exported"], report
+    assert "symbolic link" in (report.runs[0].reason or ""), report.runs[0]
+    assert not (tmp_path / "out" / f"{linked}.jsonl").exists()

@@ -61,6 +61,30 @@ def test_sigterm_twice_mid_tool_call_lets_the_call_finish_then_exits_0_with_the_
         check_effects(conn, [run_id], done)
 
 
+def test_sigterm_lets_a_model_call_finish_until_grace_then_lets_the_run_go_and_exits_0(own_db, tmp_path):
+    # The model call takes a minute: one SIGTERM waits for it, --grace seconds later the worker lets it go.
+    done = tmp_path / "effects"
+    [run_id] = fresh_ids("pgs-grace", 1)
+    asyncio.run(submit_runs(own_db, f"{AGENTS}:thinking", [run_id]))
+    worker = WorkerProcess(own_db, done, lease=30.0, slow=60.0, extra=("--grace", "3"))
+    try:
+        wait_for(lambda: worker.seen("claim", run_id), what="the claim")
+        time.sleep(0.5)  # the model call is under way
+        signalled = time.monotonic()
+        worker.proc.send_signal(signal.SIGTERM)
+        time.sleep(1.5)
+        assert worker.proc.poll() is None, "one SIGTERM cut the model call in hand before --grace"
+        assert worker.proc.wait(30) == 0, worker.stderr()
+        took = time.monotonic() - signalled
+    finally:
+        worker.kill()
+    assert 3 <= took < 30, took  # after the grace, not after the minute-long call
+    assert worker.seen("released", run_id)
+    with psycopg.connect(own_db) as conn:
+        holder, status = conn.execute("SELECT holder, status FROM polyloop_runs WHERE run_id = %s", (run_id,)).fetchone()
+    assert (holder, status) == (None, "queued"), "the lease was left to lapse"
+
+
 def test_the_health_file_and_port_answer_while_the_worker_lives(own_db, tmp_path):
     done = tmp_path / "effects"
     health = tmp_path / "health.json"
