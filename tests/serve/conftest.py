@@ -41,5 +41,8 @@ def page(browser: Any, server: Server) -> Iterator[Any]:
     context = browser.new_context()
     tab = context.new_page()
     tab.goto(server.token_url)
+    # Off the runs page it landed on: that page redraws itself when a run appears, and a redraw
+    # racing the test's own first navigation would cut it short ("interrupted by another navigation").
+    tab.goto("about:blank")
     yield tab
     context.close()

@@ -90,11 +90,17 @@ def test_without_the_token_nothing_is_shown_and_nothing_is_decided(browser: Any,
     assert report(runs, "tok-1")["requests"][0]["decision"] is None
 
 
-def test_the_session_cookie_is_httponly_and_samesite_strict(page: Any) -> None:
-    [cookie] = page.context.cookies()
-    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-    assert page.evaluate("document.cookie") == ""
-    assert "token=" not in page.url
+def test_the_session_cookie_is_httponly_and_samesite_strict(browser: Any, server: Server) -> None:
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(server.token_url)  # signs in, then lands on the same page without the token
+        [cookie] = context.cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert tab.evaluate("document.cookie") == ""
+        assert "token=" not in tab.url
+    finally:
+        context.close()
 
 
 @pytest.fixture
