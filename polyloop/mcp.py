@@ -91,6 +91,24 @@ def policy_of(
     return "never", approval, why
 
 
+def _check_override(server: str, tool: str, o: Mapping[str, Any]) -> None:
+    """Refuse an override the tool could not take, when the server is declared (not when a run lists it)."""
+    where = f"MCP server {server!r}: override of {tool!r}"
+    unknown = sorted(set(o) - _OVERRIDABLE)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; use {sorted(_OVERRIDABLE)}")
+    if "replay" in o and o["replay"] not in ("safe", "never"):
+        raise ValueError(f"{where}: replay must be 'safe' or 'never', not {o['replay']!r}")
+    approval = o.get("approval")
+    if approval is not None and approval != "required" and not callable(approval):
+        raise ValueError(f"{where}: approval must be 'required', a predicate on the arguments or None, not {approval!r}")
+    failures = o.get("max_failures")
+    if failures is not None and (type(failures) is not int or failures < 1):
+        raise ValueError(f"{where}: max_failures must be a positive whole number or None, not {failures!r}")
+    if "concurrent" in o and type(o["concurrent"]) is not bool:
+        raise ValueError(f"{where}: concurrent must be True or False, not {o['concurrent']!r}")
+
+
 class MCPServer(ToolSource):
     """An MCP server whose tools an agent uses; put it in `Agent(tools=[...])`.
 
@@ -152,10 +170,7 @@ class MCPServer(ToolSource):
         self.approve_destructive = approve_destructive
         self.overrides = {k: dict(v) for k, v in (overrides or {}).items()}
         for tool_name, o in self.overrides.items():
-            unknown = sorted(set(o) - _OVERRIDABLE)
-            if unknown:
-                raise ValueError(f"MCP server {name!r}: override of {tool_name!r} has unknown keys {unknown}; "
-                                 f"use {sorted(_OVERRIDABLE)}")
+            _check_override(name, tool_name, o)
         self.only = None if only is None else list(only)
         self.prefix = prefix
         self.timeout = timeout

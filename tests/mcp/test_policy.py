@@ -86,3 +86,19 @@ def test_bad_declarations_are_refused():
     with pytest.raises(TypeError):
         MCPServer("s", command="a", trust="yes")  # type: ignore[arg-type]
     assert policy_of(None, trusted=True) == ("never", None, "trusted server, no destructiveHint: destructive by default")
+
+
+@pytest.mark.parametrize("override, said", [
+    ({"replay": "sometimes"}, "replay must be 'safe' or 'never', not 'sometimes'"),
+    ({"approval": "maybe"}, "approval must be 'required', a predicate on the arguments or None, not 'maybe'"),
+    ({"max_failures": "x"}, "max_failures must be a positive whole number or None, not 'x'"),
+    ({"max_failures": 0}, "max_failures must be a positive whole number or None, not 0"),
+    ({"concurrent": "no"}, "concurrent must be True or False, not 'no'"),
+])
+def test_an_override_the_tool_could_not_take_is_refused_when_the_server_is_declared(override, said):
+    # Not when a run lists the tools: by then an approval of "maybe" was taken for "required", and a
+    # max_failures of "x" was written in run_started, a log that then read as corrupt.
+    with pytest.raises(ValueError, match=r"MCP server 's': override of 't': ") as caught:
+        MCPServer("s", command="never-started", overrides={"t": override})
+    assert said in str(caught.value)
+    assert _tool(_listed(), overrides={"t": {"approval": lambda args: True, "max_failures": 1}}).max_failures == 1
