@@ -171,6 +171,8 @@ class MCPServer(ToolSource):
         self.overrides = {k: dict(v) for k, v in (overrides or {}).items()}
         for tool_name, o in self.overrides.items():
             _check_override(name, tool_name, o)
+        if isinstance(only, str):
+            raise TypeError(f"MCP server {name!r}: only= takes a list of tool names, not the string {only!r}")
         self.only = None if only is None else list(only)
         self.prefix = prefix
         self.timeout = timeout

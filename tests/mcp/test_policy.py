@@ -102,3 +102,10 @@ def test_an_override_the_tool_could_not_take_is_refused_when_the_server_is_decla
         MCPServer("s", command="never-started", overrides={"t": override})
     assert said in str(caught.value)
     assert _tool(_listed(), overrides={"t": {"approval": lambda args: True, "max_failures": 1}}).max_failures == 1
+
+
+def test_only_takes_a_list_of_names_not_one_string():
+    # A string is an iterable of letters: only="get_time" was refused at the run's start as "lists no tool '_'".
+    with pytest.raises(TypeError, match=r"only= takes a list of tool names, not the string 'get_time'"):
+        MCPServer("s", command="never-started", only="get_time")  # type: ignore[arg-type]
+    assert MCPServer("s", command="never-started", only=("get_time",)).only == ["get_time"]
