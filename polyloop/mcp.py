@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from ._log.errors import PolyLoopError
-from ._mcp_link import Link, Lost, NotSent, Refused
+from ._mcp_link import Link, Lost, NotSent, Refused, quiet_sdk_logs
 from ._run.context import ToolContext
 from ._run.tool_source import ToolSource
 from ._run.tools import Approval, Replay, Tool, ToolAnswerLostError, _Guards
@@ -53,6 +53,7 @@ KEY_PARAMETERS = ("idempotency_key", "idempotencyKey")
 _OVERRIDABLE = frozenset({"replay", "approval", "max_failures", "concurrent"})
 _HINTS = (("read_only_hint", "readOnlyHint"), ("destructive_hint", "destructiveHint"),
           ("idempotent_hint", "idempotentHint"), ("open_world_hint", "openWorldHint"))
+quiet_sdk_logs()  # the SDK's warnings in one line each, not with their tracebacks
 
 
 class MCPServerError(PolyLoopError):

@@ -14,7 +14,8 @@ from polyloop import Agent, JsonlStore, ScriptedModel
 from polyloop.mcp import MCPServer, MCPServerError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
-from support.cli import polyloop_in_process  # noqa: E402
+from support import forking  # noqa: E402
+from support.cli import clean_env, console_script, polyloop_in_process  # noqa: E402
 
 SERVER = str(Path(__file__).resolve().parent / "effect_server.py")
 
@@ -88,3 +89,19 @@ def test_the_command_line_says_so_in_one_line(tmp_path):
     assert done.code == 1, done.stderr
     assert "MCP server 'ghost' could not start: /no/such/mcp-server --stdio" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_server_that_writes_what_is_not_json_rpc_is_said_in_lines_without_a_traceback(tmp_path):
+    # A server that prints a banner on stdout: the SDK logs each bad line with its traceback,
+    # which logging's last resort printed raw in the middle of the command's output.
+    target = tmp_path / "agent.py"
+    target.write_text(
+        "from polyloop import Agent, ScriptedModel\nfrom polyloop.mcp import MCPServer\n"
+        "agent = Agent(model=ScriptedModel([{'final': 'x'}]), tools=[MCPServer('chatty', command='echo hello')])\n"
+    )
+    done = forking.run([*console_script(), "run", f"{target}:agent", "--dir", str(tmp_path / "runs")],
+                       env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "pydantic" not in done.stderr, done.stderr
+    assert "MCP SDK: Failed to parse JSONRPC message from server (ValidationError)" in done.stderr, done.stderr
+    assert "MCP server 'chatty' could not start: echo hello" in done.stderr
