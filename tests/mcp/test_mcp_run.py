@@ -105,3 +105,19 @@ def test_a_server_that_writes_what_is_not_json_rpc_is_said_in_lines_without_a_tr
     assert "Traceback" not in done.stderr and "pydantic" not in done.stderr, done.stderr
     assert "MCP SDK: Failed to parse JSONRPC message from server (ValidationError)" in done.stderr, done.stderr
     assert "MCP server 'chatty' could not start: echo hello" in done.stderr
+
+
+def test_two_servers_listing_the_same_tool_name_are_a_one_line_error_that_says_prefix(tmp_path):
+    target = tmp_path / "agent.py"
+    target.write_text(
+        "import sys\nfrom polyloop import Agent, ScriptedModel\nfrom polyloop.mcp import MCPServer\n"
+        f"fx = [sys.executable, {SERVER!r}]\n"
+        "agent = Agent(model=ScriptedModel([{'final': 'x'}]),"
+        " tools=[MCPServer('a', command=fx), MCPServer('b', command=fx)])\n"
+    )
+    done = forking.run([*console_script(), "run", f"{target}:agent", "--dir", str(tmp_path / "runs")],
+                       env=clean_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr  # bad input: nothing ran
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+    assert ("two tools share the name 'put_value' (one from MCP server 'a' and one from MCP server 'b'): "
+            "give a server a prefix= to keep them apart") in done.stderr
