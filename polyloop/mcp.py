@@ -34,6 +34,8 @@ import copy
 import hashlib
 import importlib.util
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -244,7 +246,7 @@ class MCPServer(ToolSource):
 
         if self.command is not None:
             params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=self._env, cwd=self._cwd)
-            return Client(stdio_client(params), cache=None)
+            return Client(stdio_client(params, errlog=_server_stderr()), cache=None)
         return Client(self.url, cache=None)
 
     async def _list(self) -> list[Any]:
@@ -360,6 +362,18 @@ class MCPTool(Tool):
         if result.is_error:
             raise MCPToolError(text or "the tool reported an error")
         return text
+
+
+def _server_stderr() -> Any:
+    """Where a stdio server's stderr goes: ours, or the process's own when ours is no file (a notebook's)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return subprocess.DEVNULL
 
 
 def _remote(**_: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -121,3 +122,20 @@ def test_two_servers_listing_the_same_tool_name_are_a_one_line_error_that_says_p
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
     assert ("two tools share the name 'put_value' (one from MCP server 'a' and one from MCP server 'b'): "
             "give a server a prefix= to keep them apart") in done.stderr
+
+
+def test_a_stdio_server_starts_where_stderr_is_no_file(tmp_path):
+    # A notebook's or a test's captured stderr has no file descriptor to give the server's stderr:
+    # the SDK failed the start with a bare "fileno". A fresh interpreter: the SDK binds its default
+    # stderr when first imported.
+    code = (
+        "import asyncio, contextlib, io, sys\n"
+        "from polyloop import Agent, JsonlStore, ScriptedModel\nfrom polyloop.mcp import MCPServer\n"
+        f"server = MCPServer('fx', command=[sys.executable, {SERVER!r}], env={{'EFFECT_FILE': 'effects'}})\n"
+        "agent = Agent(model=ScriptedModel([{'tool': 'read_effects', 'args': {}}, {'final': 'done'}]), tools=[server])\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    print(asyncio.run(agent.run('x', run_id='r', store=JsonlStore('runs'))).reason)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "final_answer", done.stderr
+    assert '"observation":"0 effects"' in (tmp_path / "runs" / "r.jsonl").read_text()
