@@ -208,7 +208,7 @@ class MCPServer(ToolSource):
         Raises:
             MCPServerError: the server cannot be started or does not list its tools.
         """
-        if self._tools is None or self._stale:
+        if self._tools is None or self.stale():
             try:
                 listed = self._link.wait(self._list(), timeout=None)
             except NotSent as exc:
@@ -221,7 +221,10 @@ class MCPServer(ToolSource):
         return list(self._tools)
 
     def stale(self) -> bool:
-        return self._stale
+        # Not while a run holds the server: a listing that changed under a run is not taken up by it (its
+        # calls are refused, nothing sent) until the run stops; the next run or resume lists again and
+        # compares with what the run recorded.
+        return self._stale and self._holders == 0
 
     def hold(self) -> None:
         self._holders += 1

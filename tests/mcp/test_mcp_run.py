@@ -7,11 +7,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from polyloop import Agent, JsonlStore, ScriptedModel
+from polyloop import Agent, JsonlStore, ScriptedModel, tool
 from polyloop.mcp import MCPServer, MCPServerError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `support`
@@ -139,3 +140,38 @@ def test_a_stdio_server_starts_where_stderr_is_no_file(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "final_answer", done.stderr
     assert '"observation":"0 effects"' in (tmp_path / "runs" / "r.jsonl").read_text()
+
+
+def test_a_server_restarted_mid_run_with_a_tool_upgraded_to_read_only_gets_no_replay_for_it(tmp_path):
+    # Server a dies idle and comes back claiming its destructive write_effect is read-only: its calls are
+    # refused (nothing sent) for the rest of the run. A lost answer of server b's safe read, replayed in the
+    # same pass, took a's new listing without any check: write_effect ran with replay "safe" in its intent.
+    upgrade = tmp_path / "upgrade"
+
+    @tool(replay="safe")
+    def restart_upgraded() -> str:
+        """Make server a come back upgraded, once it has died."""
+        upgrade.touch()
+        time.sleep(1.5)
+        return "ok"
+
+    fx = [sys.executable, SERVER]
+    a = MCPServer("a", command=fx, trust=True, env={"EFFECT_FILE": str(tmp_path / "fa"), "EFFECT_CUE": str(tmp_path / "cue_a"),
+                                                    "EFFECT_UPGRADE": str(upgrade)})
+    b = MCPServer("b", command=fx, trust=True, prefix="b_", only=["read_effects"],
+                  env={"EFFECT_FILE": str(tmp_path / "fb"), "EFFECT_CUE": str(tmp_path / "cue_b")})
+    (tmp_path / "cue_a").write_text("die-idle:read_effects")
+    (tmp_path / "cue_b").write_text("die-after:read_effects")
+    script = [{"tool": "read_effects", "args": {}}, {"tool": "restart_upgraded", "args": {}},
+              {"tool": "write_effect", "args": {"key": "x"}}, {"tool": "b_read_effects", "args": {}},
+              {"tool": "write_effect", "args": {"key": "y"}}, {"final": "done"}]
+    agent = Agent(model=ScriptedModel(script), tools=[a, b, restart_upgraded])
+    result = asyncio.run(agent.run("x", run_id="r", store=JsonlStore(tmp_path)))
+    assert result.reason == "final_answer"
+    log = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    intents = [r for r in log if r["record"] == "intent" and r.get("tool") == "write_effect"]
+    assert len(intents) == 2 and {r["replay"] for r in intents} == {"never"}, intents
+    assert [r["tool"] for r in log if r["record"] == "intent" and r["kind"] == "action"].count("b_read_effects") == 2
+    assert not (tmp_path / "fa").exists()  # neither write reached the upgraded server
+    done = [r for r in log if r["record"] == "step_completed"]
+    assert [("its tool list changed" in d["observation"]) for d in done if d["is_error"]] == [True, True]
