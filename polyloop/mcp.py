@@ -94,9 +94,22 @@ def policy_of(
     return "never", approval, why
 
 
-def _check_override(server: str, tool: str, o: Mapping[str, Any]) -> None:
+def _check_numbers(server: str, prefix: Any, timeout: Any, start_timeout: Any) -> None:
+    if not isinstance(prefix, str):
+        raise TypeError(f"MCP server {server!r}: prefix must be a string, not {prefix!r}")
+    for what, value, none in (("timeout", timeout, True), ("start_timeout", start_timeout, False)):
+        if (value is None and none) or (type(value) in (int, float) and value > 0):
+            continue
+        raise ValueError(f"MCP server {server!r}: {what} must be a positive number of seconds"
+                         f"{' or None' if none else ''}, not {value!r}")
+
+
+def _check_override(server: str, tool: str, o: Any) -> dict[str, Any]:
     """Refuse an override the tool could not take, when the server is declared (not when a run lists it)."""
     where = f"MCP server {server!r}: override of {tool!r}"
+    if not isinstance(o, Mapping):
+        raise ValueError(f"{where} must be a dict such as {{'replay': 'never'}}, not {o!r}")
+    o = dict(o)
     unknown = sorted(set(o) - _OVERRIDABLE)
     if unknown:
         raise ValueError(f"{where} has unknown keys {unknown}; use {sorted(_OVERRIDABLE)}")
@@ -110,6 +123,7 @@ def _check_override(server: str, tool: str, o: Mapping[str, Any]) -> None:
         raise ValueError(f"{where}: max_failures must be a positive whole number or None, not {failures!r}")
     if "concurrent" in o and type(o["concurrent"]) is not bool:
         raise ValueError(f"{where}: concurrent must be True or False, not {o['concurrent']!r}")
+    return o
 
 
 class MCPServer(ToolSource):
@@ -171,17 +185,18 @@ class MCPServer(ToolSource):
         self.name = name
         self.trust = trust
         self.approve_destructive = approve_destructive
-        self.overrides = {k: dict(v) for k, v in (overrides or {}).items()}
-        for tool_name, o in self.overrides.items():
-            _check_override(name, tool_name, o)
+        _check_numbers(name, prefix, timeout, start_timeout)
+        self.overrides = {k: _check_override(name, k, v) for k, v in (overrides or {}).items()}
         if isinstance(only, str):
             raise TypeError(f"MCP server {name!r}: only= takes a list of tool names, not the string {only!r}")
         self.only = None if only is None else list(only)
         self.prefix = prefix
         self.timeout = timeout
-        self.command = shlex.split(command) if isinstance(command, str) else (list(command) if command else None)
+        self.command = None if command is None else shlex.split(command) if isinstance(command, str) else list(command)
         if self.command is not None and not self.command:
             raise ValueError(f"MCP server {name!r}: the command is empty")
+        if url is not None and (not isinstance(url, str) or not url.strip()):
+            raise ValueError(f"MCP server {name!r}: the URL is empty")
         self.url = url
         self.where = shlex.join(self.command) if self.command else str(url)
         self._env = dict(env) if env is not None else None

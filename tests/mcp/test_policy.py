@@ -109,3 +109,20 @@ def test_only_takes_a_list_of_names_not_one_string():
     with pytest.raises(TypeError, match=r"only= takes a list of tool names, not the string 'get_time'"):
         MCPServer("s", command="never-started", only="get_time")  # type: ignore[arg-type]
     assert MCPServer("s", command="never-started", only=("get_time",)).only == ["get_time"]
+
+
+@pytest.mark.parametrize("declared, said", [
+    ({"command": []}, "the command is empty"),  # was accepted, as a server with neither command nor URL
+    ({"url": ""}, "the URL is empty"),
+    ({"command": "x", "timeout": 0}, "timeout must be a positive number of seconds or None, not 0"),
+    ({"command": "x", "timeout": -1}, "timeout must be a positive number of seconds or None, not -1"),
+    ({"command": "x", "start_timeout": None}, "start_timeout must be a positive number of seconds, not None"),
+    ({"command": "x", "overrides": {"t": "never"}}, "override of 't' must be a dict such as {'replay': 'never'}"),
+])
+def test_a_declaration_that_could_not_work_is_refused_in_words(declared, said):
+    with pytest.raises(ValueError) as caught:
+        MCPServer("s", **declared)
+    assert said in str(caught.value)
+    with pytest.raises(TypeError, match="prefix must be a string, not None"):
+        MCPServer("s", command="x", prefix=None)  # type: ignore[arg-type]
+    assert MCPServer("s", command=["x"], timeout=None, start_timeout=0.5).timeout is None
