@@ -308,9 +308,12 @@ class MCPTool(Tool):
                                           approve_destructive=server.approve_destructive)
         source = "annotations" if server.trust else "untrusted"
         override = server.overrides.get(self.remote, {})
-        if override:
-            replay, approval = override.get("replay", replay), override.get("approval", approval)
-            source, why = "override", f"the agent's override of {sorted(override)}"
+        if "replay" in override or "approval" in override:  # the policy itself (max_failures, concurrent are not)
+            said = f"the agent's override of {sorted(override)}"
+            why = said if "replay" in override else f"{said}; replay: {why}"
+            replay, approval, source = override.get("replay", replay), override.get("approval", approval), "override"
+        elif override:
+            why = f"{why}; the agent's override of {sorted(override)}"
         if replay not in ("safe", "never"):
             raise ValueError(f"MCP tool {self.remote!r}: replay must be 'safe' or 'never', not {replay!r}")
         self.irreversible = False

@@ -126,3 +126,13 @@ def test_a_declaration_that_could_not_work_is_refused_in_words(declared, said):
     with pytest.raises(TypeError, match="prefix must be a string, not None"):
         MCPServer("s", command="x", prefix=None)  # type: ignore[arg-type]
     assert MCPServer("s", command=["x"], timeout=None, start_timeout=0.5).timeout is None
+
+
+def test_an_override_of_the_failure_budget_alone_leaves_the_policy_where_it_came_from():
+    listed = _listed("rm", read_only_hint=True)
+    t = _tool(listed, trust=True, overrides={"rm": {"max_failures": 2}})
+    assert (t.replay, t.max_failures, t.origin["policy"]) == ("safe", 2, "annotations")
+    assert t.origin["why"] == "trusted server, readOnlyHint; the agent's override of ['max_failures']"
+    t = _tool(listed, trust=True, overrides={"rm": {"approval": "required"}})
+    assert (t.replay, t.approval, t.origin["policy"]) == ("safe", "required", "override")
+    assert t.origin["why"] == "the agent's override of ['approval']; replay: trusted server, readOnlyHint"
