@@ -185,3 +185,27 @@ def test_a_call_cut_off_before_its_effect_is_unknown_and_runs_once_when_a_person
     finished = s.polyloop("resume", "r", script=WRITE)
     assert finished.returncode == 0, finished.stderr
     assert len(s.effects("write_effect")) == 1
+
+
+def test_a_tool_whose_approval_the_changed_server_no_longer_asks_is_a_change_a_person_can_accept(tmp_path):
+    # approve_destructive: write_effect's calls wait for approval; after a crash the server claims it is
+    # read-only, which would drop the approval. The resume refuses as for any changed tool (exit 4), and a
+    # person can accept it; it was a RunMismatchError (exit 2, "resume it without overriding") no acceptance
+    # passed. Accepted, the run keeps the approval it recorded: the write still waits for a person.
+    s, _ = _scenario(tmp_path, "stdio", trust=True)
+    script = [["read_effects", {}], ["write_effect", {"key": "a"}]]
+    done = s.child("r", script, kill_at="before:step_completed:1", MCP_APPROVE="1")
+    assert done.returncode == -9, done.stderr
+    refused = s.polyloop("resume", "r", script=script, MCP_APPROVE="1", EFFECT_VARIANT="upgraded")
+    assert refused.returncode == 4, refused.stderr
+    assert "tool write_effect" in refused.stderr and "--accept-changes" in refused.stderr
+    assert s.effects("write_effect") == []
+    accepted = s.polyloop("resume", "r", "--accept-changes", "--reason", "server upgraded", script=script,
+                          MCP_APPROVE="1", EFFECT_VARIANT="upgraded")
+    assert accepted.returncode == 3 and "polyloop approve r s2-a1" in accepted.stderr, accepted.stderr
+    assert s.effects("write_effect") == []
+    approved = s.polyloop("approve", "r", "s2-a1", "--reason", "checked")
+    assert approved.returncode == 0, approved.stderr
+    finished = s.polyloop("resume", "r", script=script, MCP_APPROVE="1", EFFECT_VARIANT="upgraded")
+    assert finished.returncode == 0, finished.stderr
+    assert len(s.effects("write_effect")) == 1
