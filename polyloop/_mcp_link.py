@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -207,3 +209,34 @@ def _reason(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, OSError) or type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+class _SdkLog(logging.Handler):
+    """The SDK's warnings, one line each on stderr, while the application has set up no logging.
+
+    Left alone, a server that writes anything but JSON-RPC on its stdout (a
+    banner) makes the SDK log each line with its traceback, which logging's
+    last-resort handler prints raw. An application that configured logging
+    (a handler on the root logger) gets the records as they are instead.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers:
+            return
+        lines = record.getMessage().strip().splitlines() or [""]
+        exc = record.exc_info[1] if record.exc_info else None
+        kind = f" ({type(exc).__name__})" if exc is not None else ""
+        try:
+            sys.stderr.write(f"MCP SDK: {lines[0].strip()}{kind}\n")
+        except (OSError, ValueError):
+            pass
+
+
+def quiet_sdk_logs() -> None:
+    """Install `_SdkLog` on the SDK's `mcp` logger (once; importing no SDK module)."""
+    logger = logging.getLogger("mcp")
+    if not any(isinstance(h, _SdkLog) for h in logger.handlers):
+        logger.addHandler(_SdkLog())

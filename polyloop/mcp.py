@@ -34,13 +34,15 @@ import copy
 import hashlib
 import importlib.util
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from ._log.errors import PolyLoopError
-from ._mcp_link import Link, Lost, NotSent, Refused
+from ._mcp_link import Link, Lost, NotSent, Refused, quiet_sdk_logs
 from ._run.context import ToolContext
 from ._run.tool_source import ToolSource
 from ._run.tools import Approval, Replay, Tool, ToolAnswerLostError, _Guards
@@ -53,6 +55,7 @@ KEY_PARAMETERS = ("idempotency_key", "idempotencyKey")
 _OVERRIDABLE = frozenset({"replay", "approval", "max_failures", "concurrent"})
 _HINTS = (("read_only_hint", "readOnlyHint"), ("destructive_hint", "destructiveHint"),
           ("idempotent_hint", "idempotentHint"), ("open_world_hint", "openWorldHint"))
+quiet_sdk_logs()  # the SDK's warnings in one line each, not with their tracebacks
 
 
 class MCPServerError(PolyLoopError):
@@ -89,6 +92,38 @@ def policy_of(
     else:
         why = "trusted server, neither read-only nor idempotent"
     return "never", approval, why
+
+
+def _check_numbers(server: str, prefix: Any, timeout: Any, start_timeout: Any) -> None:
+    if not isinstance(prefix, str):
+        raise TypeError(f"MCP server {server!r}: prefix must be a string, not {prefix!r}")
+    for what, value, none in (("timeout", timeout, True), ("start_timeout", start_timeout, False)):
+        if (value is None and none) or (type(value) in (int, float) and value > 0):
+            continue
+        raise ValueError(f"MCP server {server!r}: {what} must be a positive number of seconds"
+                         f"{' or None' if none else ''}, not {value!r}")
+
+
+def _check_override(server: str, tool: str, o: Any) -> dict[str, Any]:
+    """Refuse an override the tool could not take, when the server is declared (not when a run lists it)."""
+    where = f"MCP server {server!r}: override of {tool!r}"
+    if not isinstance(o, Mapping):
+        raise ValueError(f"{where} must be a dict such as {{'replay': 'never'}}, not {o!r}")
+    o = dict(o)
+    unknown = sorted(set(o) - _OVERRIDABLE)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; use {sorted(_OVERRIDABLE)}")
+    if "replay" in o and o["replay"] not in ("safe", "never"):
+        raise ValueError(f"{where}: replay must be 'safe' or 'never', not {o['replay']!r}")
+    approval = o.get("approval")
+    if approval is not None and approval != "required" and not callable(approval):
+        raise ValueError(f"{where}: approval must be 'required', a predicate on the arguments or None, not {approval!r}")
+    failures = o.get("max_failures")
+    if failures is not None and (type(failures) is not int or failures < 1):
+        raise ValueError(f"{where}: max_failures must be a positive whole number or None, not {failures!r}")
+    if "concurrent" in o and type(o["concurrent"]) is not bool:
+        raise ValueError(f"{where}: concurrent must be True or False, not {o['concurrent']!r}")
+    return o
 
 
 class MCPServer(ToolSource):
@@ -150,18 +185,18 @@ class MCPServer(ToolSource):
         self.name = name
         self.trust = trust
         self.approve_destructive = approve_destructive
-        self.overrides = {k: dict(v) for k, v in (overrides or {}).items()}
-        for tool_name, o in self.overrides.items():
-            unknown = sorted(set(o) - _OVERRIDABLE)
-            if unknown:
-                raise ValueError(f"MCP server {name!r}: override of {tool_name!r} has unknown keys {unknown}; "
-                                 f"use {sorted(_OVERRIDABLE)}")
+        _check_numbers(name, prefix, timeout, start_timeout)
+        self.overrides = {k: _check_override(name, k, v) for k, v in (overrides or {}).items()}
+        if isinstance(only, str):
+            raise TypeError(f"MCP server {name!r}: only= takes a list of tool names, not the string {only!r}")
         self.only = None if only is None else list(only)
         self.prefix = prefix
         self.timeout = timeout
-        self.command = shlex.split(command) if isinstance(command, str) else (list(command) if command else None)
+        self.command = None if command is None else shlex.split(command) if isinstance(command, str) else list(command)
         if self.command is not None and not self.command:
             raise ValueError(f"MCP server {name!r}: the command is empty")
+        if url is not None and (not isinstance(url, str) or not url.strip()):
+            raise ValueError(f"MCP server {name!r}: the URL is empty")
         self.url = url
         self.where = shlex.join(self.command) if self.command else str(url)
         self._env = dict(env) if env is not None else None
@@ -188,7 +223,7 @@ class MCPServer(ToolSource):
         Raises:
             MCPServerError: the server cannot be started or does not list its tools.
         """
-        if self._tools is None or self._stale:
+        if self._tools is None or self.stale():
             try:
                 listed = self._link.wait(self._list(), timeout=None)
             except NotSent as exc:
@@ -201,7 +236,10 @@ class MCPServer(ToolSource):
         return list(self._tools)
 
     def stale(self) -> bool:
-        return self._stale
+        # Not while a run holds the server: a listing that changed under a run is not taken up by it (its
+        # calls are refused, nothing sent) until the run stops; the next run or resume lists again and
+        # compares with what the run recorded.
+        return self._stale and self._holders == 0
 
     def hold(self) -> None:
         self._holders += 1
@@ -226,7 +264,7 @@ class MCPServer(ToolSource):
 
         if self.command is not None:
             params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=self._env, cwd=self._cwd)
-            return Client(stdio_client(params), cache=None)
+            return Client(stdio_client(params, errlog=_server_stderr()), cache=None)
         return Client(self.url, cache=None)
 
     async def _list(self) -> list[Any]:
@@ -270,9 +308,12 @@ class MCPTool(Tool):
                                           approve_destructive=server.approve_destructive)
         source = "annotations" if server.trust else "untrusted"
         override = server.overrides.get(self.remote, {})
-        if override:
-            replay, approval = override.get("replay", replay), override.get("approval", approval)
-            source, why = "override", f"the agent's override of {sorted(override)}"
+        if "replay" in override or "approval" in override:  # the policy itself (max_failures, concurrent are not)
+            said = f"the agent's override of {sorted(override)}"
+            why = said if "replay" in override else f"{said}; replay: {why}"
+            replay, approval, source = override.get("replay", replay), override.get("approval", approval), "override"
+        elif override:
+            why = f"{why}; the agent's override of {sorted(override)}"
         if replay not in ("safe", "never"):
             raise ValueError(f"MCP tool {self.remote!r}: replay must be 'safe' or 'never', not {replay!r}")
         self.irreversible = False
@@ -342,6 +383,18 @@ class MCPTool(Tool):
         if result.is_error:
             raise MCPToolError(text or "the tool reported an error")
         return text
+
+
+def _server_stderr() -> Any:
+    """Where a stdio server's stderr goes: ours, or the process's own when ours is no file (a notebook's)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return subprocess.DEVNULL
 
 
 def _remote(**_: Any) -> Any:

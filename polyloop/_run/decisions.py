@@ -17,6 +17,7 @@ from .._log.errors import RunMismatchError
 from .._log.ids import idempotency_key
 from .._log.ids import result_id as derive_result_id
 from .._log.records import ApprovalRequest, args_digest
+from .validity import tool_hash
 
 if TYPE_CHECKING:
     from .run_port import RunPort
@@ -32,10 +33,15 @@ def check_recorded(run: RunPort) -> None:
         return  # logs from before approvals existed: nothing was recorded, nothing waits
     recorded = {c.get("name"): c for c in w.started.config.get("tools") or [] if isinstance(c, dict)}
     opted = run.agent.approve_irreversible
+    hashes = w.started.config.get("config_hashes") or {}
     for t in run.agent.tools:
         if t.name not in recorded:
             continue
         given = "question" if t.question else t.approval_mode(approve_irreversible=opted)
+        if t.origin is not None and hashes.get(f"tool {t.name}") not in (None, tool_hash(t)):
+            # An MCP tool whose server changed what it claims (its approval follows its annotations):
+            # a changed tool, which the checkpoint check names (exit 4) and a person may accept.
+            continue
         if given != w.approvals.get(t.name):
             raise RunMismatchError(run.run_id, f"approval of tool {t.name!r}", w.approvals.get(t.name), given)
 
@@ -56,6 +62,10 @@ def request_for(run: RunPort, tool: Tool, planned: RunAction) -> ApprovalRequest
         kind, reason = "answer", "the model asks a person"
     else:
         why = tool.needs_approval(planned.args, approve_irreversible=run.agent.approve_irreversible)
+        if why is None and wants == "required" and tool.origin is not None:
+            # An MCP tool whose server no longer claims what made it wait, a change a person accepted:
+            # the run keeps the approval it recorded.
+            why = "the run recorded that its calls wait for approval"
         if why is None:
             return None
         kind, reason = "approval", why

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 
+from .._log.errors import InvalidInputError
 from .tools import Tool
 
 
@@ -42,8 +43,18 @@ def expand(declared: Iterable[Tool | ToolSource]) -> list[Tool]:
     names = [t.name for t in out]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"two tools share the name {duplicates[0]!r}")
+        same = [t for t in out if t.name == duplicates[0]]
+        if any(t.origin for t in same):  # a source's tool: its prefix keeps the names apart
+            where = " and ".join(_where(t) for t in same)
+            raise InvalidInputError(f"two tools share the name {duplicates[0]!r} ({where}): "
+                                    "give a server a prefix= to keep them apart")
+        raise InvalidInputError(f"two tools share the name {duplicates[0]!r}")
     return out
+
+
+def _where(t: Tool) -> str:
+    server = (t.origin or {}).get("server")
+    return f"one from MCP server {server!r}" if server is not None else "one of the agent's own"
 
 
 @contextlib.asynccontextmanager

@@ -33,6 +33,7 @@ from .._files import NotRegularFileError, open_regular
 
 if TYPE_CHECKING:
     from .run_port import AgentPort
+    from .tools import Tool
     from .._log.records import CheckpointAccepted, RunStarted
 
 _CHUNK = 1 << 20
@@ -130,13 +131,18 @@ def config_hashes(agent: AgentPort) -> dict[str, str]:
     model = describe() if callable(describe) else {"type": type(agent.model).__name__}
     parts = {"system": _digest(agent.system), "model": _digest(model)}
     for t in agent.tools:
-        part: dict[str, Any] = {
-            "spec": t.spec(), "replay": t.replay, "guards": t.guard_config(), "max_failures": t.max_failures,
-        }
-        if t.origin is not None:  # an MCP tool: its server, annotations and policy's source (1.4)
-            part["origin"] = t.origin
-        parts[f"tool {t.name}"] = _digest(part)
+        parts[f"tool {t.name}"] = tool_hash(t)
     return parts
+
+
+def tool_hash(t: Tool) -> str:
+    """One tool's part of `config_hashes`."""
+    part: dict[str, Any] = {
+        "spec": t.spec(), "replay": t.replay, "guards": t.guard_config(), "max_failures": t.max_failures,
+    }
+    if t.origin is not None:  # an MCP tool: its server, annotations and policy's source (1.4)
+        part["origin"] = t.origin
+    return _digest(part)
 
 
 def source_files(agent: AgentPort) -> list[str]:

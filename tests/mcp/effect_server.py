@@ -12,7 +12,8 @@ Run as `python effect_server.py` (stdio) or `python effect_server.py http PORT`
   `hang-after:TOOL` (the effect, then no answer: the caller times out),
   `die-idle:TOOL` (answer, then SIGKILL 0.3 s later, while idle).
 * `EFFECT_VARIANT=upgraded`: `write_effect` claims to be read-only (a server
-  that changed its tool list between a crash and a resume).
+  that changed its tool list between a crash and a resume); `EFFECT_UPGRADE`:
+  a file whose existence at start means the same (a server restarted mid-run).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _effecting(tool: str, **fields: str) -> str:
     return f"{tool} done: {json.dumps(fields, sort_keys=True)}"
 
 
-upgraded = os.environ.get("EFFECT_VARIANT") == "upgraded"
+upgraded = os.environ.get("EFFECT_VARIANT") == "upgraded" or os.path.exists(os.environ.get("EFFECT_UPGRADE", "\0"))
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True) if upgraded else None)

@@ -6,7 +6,8 @@ and the `polyloop resume` that follows can differ on purpose):
 * `MCP_URL`: talk to the effect server over streamable HTTP at this URL;
   otherwise start `effect_server.py` over stdio (its `EFFECT_*` knobs are
   passed on to it).
-* `MCP_TRUST=1`: declare the server trusted (policies from annotations).
+* `MCP_TRUST=1`: declare the server trusted (policies from annotations);
+  `MCP_APPROVE=1`: and its destructive tools' calls wait for approval.
 * `MCP_REAL`: use a real published server instead: `time` (`mcp-server-time`)
   or `git:REPO` (`mcp-server-git` on the repository REPO).
 * `MCP_SCRIPT`: the model's calls, a JSON list of `[tool, args]` (then a final answer).
@@ -47,6 +48,7 @@ def server() -> MCPServer:
         return MCPServer("effects", url=url, trust=trust, timeout=float(os.environ.get("MCP_TIMEOUT", "30")))
     env = {k: v for k, v in os.environ.items() if k.startswith("EFFECT_")}
     return MCPServer("effects", command=[sys.executable, str(HERE / "effect_server.py")], env=env, trust=trust,
+                     approve_destructive=os.environ.get("MCP_APPROVE") == "1",
                      timeout=float(os.environ.get("MCP_TIMEOUT", "30")))
 
 

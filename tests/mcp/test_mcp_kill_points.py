@@ -3,9 +3,10 @@
 Every scenario runs the agent (`mcp_agent.py`) in its own process against
 `effect_server.py`, which records each effect in an fsync'd file, then
 settles the run with `polyloop` as an operator would. Kill points: the server
-killed before the request (while idle), after its effect and before its
-answer, the answer never coming (timeout), and the PolyLoop process killed
-after the answer and before the result record. Each time: at most one run of
+killed before the request (while idle), as the request arrives (before its
+effect), after its effect and before its answer, the answer never coming
+(timeout), and the PolyLoop process killed after its intent and before the
+request, and after the answer and before the result record. Each time: at most one run of
 every `never` call in the effect file, and every unknown reported unknown
 (exit code 3, `inspect` state `unknown`).
 """
@@ -161,4 +162,50 @@ def test_an_unknown_never_call_stays_never_when_its_server_later_claims_read_onl
     again = s.polyloop("resume", "r", script=WRITE, EFFECT_VARIANT="upgraded")
     assert again.returncode == 3, again.stderr  # the intent recorded `never`: no claim replays it
     _unknown(s, "r", "s1-a1")
+    assert len(s.effects("write_effect")) == 1
+
+
+@pytest.mark.parametrize("who", ["server", pytest.param("polyloop", marks=pytest.mark.slow)])
+def test_a_call_cut_off_before_its_effect_is_unknown_and_runs_once_when_a_person_says_it_did_not(tmp_path, who):
+    # server: killed as the request arrives (the request went out; nothing ran);
+    # polyloop: killed after its intent is durable, before the request is sent.
+    s, _ = _scenario(tmp_path, "stdio")
+    if who == "server":
+        s.cue("die-before:write_effect")
+        done = s.child("r", WRITE)
+        assert done.returncode == 3, done.stderr
+    else:
+        done = s.child("r", WRITE, kill_at="after:intent:action:1")
+        assert done.returncode == -9, done.stderr
+    assert s.effects("write_effect") == []
+    _settles_as_unknown(s, "r")
+    assert s.effects("write_effect") == []
+    settled = s.polyloop("mark-resolved", "r", "s1-a1", "--not-executed", "--reason", "no effect in the file")
+    assert settled.returncode == 0, settled.stderr
+    finished = s.polyloop("resume", "r", script=WRITE)
+    assert finished.returncode == 0, finished.stderr
+    assert len(s.effects("write_effect")) == 1
+
+
+def test_a_tool_whose_approval_the_changed_server_no_longer_asks_is_a_change_a_person_can_accept(tmp_path):
+    # approve_destructive: write_effect's calls wait for approval; after a crash the server claims it is
+    # read-only, which would drop the approval. The resume refuses as for any changed tool (exit 4), and a
+    # person can accept it; it was a RunMismatchError (exit 2, "resume it without overriding") no acceptance
+    # passed. Accepted, the run keeps the approval it recorded: the write still waits for a person.
+    s, _ = _scenario(tmp_path, "stdio", trust=True)
+    script = [["read_effects", {}], ["write_effect", {"key": "a"}]]
+    done = s.child("r", script, kill_at="before:step_completed:1", MCP_APPROVE="1")
+    assert done.returncode == -9, done.stderr
+    refused = s.polyloop("resume", "r", script=script, MCP_APPROVE="1", EFFECT_VARIANT="upgraded")
+    assert refused.returncode == 4, refused.stderr
+    assert "tool write_effect" in refused.stderr and "--accept-changes" in refused.stderr
+    assert s.effects("write_effect") == []
+    accepted = s.polyloop("resume", "r", "--accept-changes", "--reason", "server upgraded", script=script,
+                          MCP_APPROVE="1", EFFECT_VARIANT="upgraded")
+    assert accepted.returncode == 3 and "polyloop approve r s2-a1" in accepted.stderr, accepted.stderr
+    assert s.effects("write_effect") == []
+    approved = s.polyloop("approve", "r", "s2-a1", "--reason", "checked")
+    assert approved.returncode == 0, approved.stderr
+    finished = s.polyloop("resume", "r", script=script, MCP_APPROVE="1", EFFECT_VARIANT="upgraded")
+    assert finished.returncode == 0, finished.stderr
     assert len(s.effects("write_effect")) == 1

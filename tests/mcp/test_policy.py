@@ -86,3 +86,53 @@ def test_bad_declarations_are_refused():
     with pytest.raises(TypeError):
         MCPServer("s", command="a", trust="yes")  # type: ignore[arg-type]
     assert policy_of(None, trusted=True) == ("never", None, "trusted server, no destructiveHint: destructive by default")
+
+
+@pytest.mark.parametrize("override, said", [
+    ({"replay": "sometimes"}, "replay must be 'safe' or 'never', not 'sometimes'"),
+    ({"approval": "maybe"}, "approval must be 'required', a predicate on the arguments or None, not 'maybe'"),
+    ({"max_failures": "x"}, "max_failures must be a positive whole number or None, not 'x'"),
+    ({"max_failures": 0}, "max_failures must be a positive whole number or None, not 0"),
+    ({"concurrent": "no"}, "concurrent must be True or False, not 'no'"),
+])
+def test_an_override_the_tool_could_not_take_is_refused_when_the_server_is_declared(override, said):
+    # Not when a run lists the tools: by then an approval of "maybe" was taken for "required", and a
+    # max_failures of "x" was written in run_started, a log that then read as corrupt.
+    with pytest.raises(ValueError, match=r"MCP server 's': override of 't': ") as caught:
+        MCPServer("s", command="never-started", overrides={"t": override})
+    assert said in str(caught.value)
+    assert _tool(_listed(), overrides={"t": {"approval": lambda args: True, "max_failures": 1}}).max_failures == 1
+
+
+def test_only_takes_a_list_of_names_not_one_string():
+    # A string is an iterable of letters: only="get_time" was refused at the run's start as "lists no tool '_'".
+    with pytest.raises(TypeError, match=r"only= takes a list of tool names, not the string 'get_time'"):
+        MCPServer("s", command="never-started", only="get_time")  # type: ignore[arg-type]
+    assert MCPServer("s", command="never-started", only=("get_time",)).only == ["get_time"]
+
+
+@pytest.mark.parametrize("declared, said", [
+    ({"command": []}, "the command is empty"),  # was accepted, as a server with neither command nor URL
+    ({"url": ""}, "the URL is empty"),
+    ({"command": "x", "timeout": 0}, "timeout must be a positive number of seconds or None, not 0"),
+    ({"command": "x", "timeout": -1}, "timeout must be a positive number of seconds or None, not -1"),
+    ({"command": "x", "start_timeout": None}, "start_timeout must be a positive number of seconds, not None"),
+    ({"command": "x", "overrides": {"t": "never"}}, "override of 't' must be a dict such as {'replay': 'never'}"),
+])
+def test_a_declaration_that_could_not_work_is_refused_in_words(declared, said):
+    with pytest.raises(ValueError) as caught:
+        MCPServer("s", **declared)
+    assert said in str(caught.value)
+    with pytest.raises(TypeError, match="prefix must be a string, not None"):
+        MCPServer("s", command="x", prefix=None)  # type: ignore[arg-type]
+    assert MCPServer("s", command=["x"], timeout=None, start_timeout=0.5).timeout is None
+
+
+def test_an_override_of_the_failure_budget_alone_leaves_the_policy_where_it_came_from():
+    listed = _listed("rm", read_only_hint=True)
+    t = _tool(listed, trust=True, overrides={"rm": {"max_failures": 2}})
+    assert (t.replay, t.max_failures, t.origin["policy"]) == ("safe", 2, "annotations")
+    assert t.origin["why"] == "trusted server, readOnlyHint; the agent's override of ['max_failures']"
+    t = _tool(listed, trust=True, overrides={"rm": {"approval": "required"}})
+    assert (t.replay, t.approval, t.origin["policy"]) == ("safe", "required", "override")
+    assert t.origin["why"] == "the agent's override of ['approval']; replay: trusted server, readOnlyHint"

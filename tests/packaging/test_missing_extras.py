@@ -1,8 +1,10 @@
-"""`import polyloop.otel` / `import polyloop.pydantic_ai` without their extra: an ImportError naming the extra."""
+"""`import polyloop.otel` / `import polyloop.pydantic_ai` without their extra, or an `MCPServer` without the MCP SDK:
+an ImportError naming the extra."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import pytest
@@ -24,3 +26,13 @@ def test_a_module_whose_extra_is_missing_names_the_pip_install(monkeypatch, modu
     assert f"pip install 'polyloop[{extra}]'" in str(caught.value)
     assert caught.value.name is not None and caught.value.name.startswith(package)
 
+
+
+def test_an_mcp_server_declared_without_the_sdk_names_the_pip_install(monkeypatch) -> None:
+    # `polyloop.mcp` imports without the SDK (it imports it when a server first starts); declaring a server says what to install.
+    from polyloop.mcp import MCPServer
+
+    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] + ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError, match=re.escape("pip install 'polyloop[mcp]'")):
+        MCPServer("time", command="mcp-server-time")
