@@ -223,22 +223,27 @@ def test_a_loops_run_is_not_taken_over_by_an_agent_even_accepting_changes():
     asyncio.run(go())
 
 
+def _crash_after_one_call(runs, target: str, tool: str, policy: str) -> None:
+    """Run `r` of a loop with entry point `target`: one model call asking for `tool`, then a crash."""
+    from polyloop.stores import JsonlStore
+
+    async def crash() -> None:
+        async with durable.open_run("r", store=JsonlStore(runs), goal="g", target=target,
+                                    tools={tool: policy}) as run:
+            await run.model_call(lambda: Reply(calls=((tool, {"n": 1}),)))
+            raise Crash
+    with pytest.raises(Crash):
+        asyncio.run(crash())
+
+
 def test_inspect_never_calls_a_loops_entry_point_to_check_its_validity(tmp_path):
     from support.cli import polyloop_in_process
-
-    from polyloop.stores import JsonlStore
 
     marker = tmp_path / "called"
     entry = tmp_path / "entry.py"
     entry.write_text(f"def main(run_id='r', store=None, goal='g'):\n    open({str(marker)!r}, 'w').close()\n")
 
-    async def crash() -> None:
-        async with durable.open_run("r", store=JsonlStore(tmp_path / "runs"), goal="g", target=f"{entry}:main",
-                                    tools={"pay": "never"}) as run:
-            await run.model_call(lambda: Reply(calls=(("pay", {"n": 1}),)))
-            raise Crash
-    with pytest.raises(Crash):
-        asyncio.run(crash())
+    _crash_after_one_call(tmp_path / "runs", f"{entry}:main", "pay", "never")
     shown = polyloop_in_process("inspect", "r", "--json", "--dir", str(tmp_path / "runs"))
     assert shown.code == 0, shown.stderr
     assert "user's loop" in json.loads(shown.stdout)["validity"]["not_checked"]
@@ -248,18 +253,10 @@ def test_inspect_never_calls_a_loops_entry_point_to_check_its_validity(tmp_path)
 def test_resume_names_an_entry_point_that_cannot_take_run_id_store_and_goal(tmp_path):
     from support.cli import polyloop_in_process
 
-    from polyloop.stores import JsonlStore
-
     entry = tmp_path / "entry.py"
     entry.write_text("async def main(run_id, store):\n    raise AssertionError('never called')\n")
 
-    async def crash() -> None:
-        async with durable.open_run("r", store=JsonlStore(tmp_path / "runs"), goal="g", target=f"{entry}:main",
-                                    tools={"look": "safe"}) as run:
-            await run.model_call(lambda: Reply(calls=(("look", {"n": 1}),)))
-            raise Crash
-    with pytest.raises(Crash):
-        asyncio.run(crash())
+    _crash_after_one_call(tmp_path / "runs", f"{entry}:main", "look", "safe")
     refused = polyloop_in_process("resume", "r", "--dir", str(tmp_path / "runs"))
     assert refused.code == 2, refused.stderr  # a target error, not an internal one
     assert "main(run_id, store) cannot be called as main(run_id=..., store=..., goal=...)" in refused.stderr
