@@ -93,3 +93,12 @@ def test_the_durability_benchmark_runs_both_stores_side_by_side(tmp_path):
     assert "| in memory (the loop's own CPU) |" in out and "JSONL / in memory:" in out, out
     assert "JSONL with disk threads / in memory:" in out, out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_hosted_model_benchmark_prints_both_ways_side_by_side(tmp_path):
+    proc = forking.run([sys.executable, str(ROOT / "benchmarks" / "hosted.py"), "--quick"], capture_output=True,
+                       text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert rows["a TLS context built per call (the SDK's default)"][3].strip() == "1.00x", proc.stdout
+    assert rows["the process's one TLS context (shipped)"][3].strip().endswith("x"), proc.stdout
