@@ -7,9 +7,13 @@ approval, its `note` keeps a product), loaded from its file as `polyloop resume`
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlencode
 
 import pytest
 
@@ -18,6 +22,7 @@ from polyloop import (
 )
 from polyloop._log.records import CheckpointAccepted
 from polyloop._operate.accept import accept_changes, changes_sha256, pending_changes
+from polyloop.stores import open_store
 
 TARGET = f"{Path(__file__).resolve().parent.parent / 'serve' / 'console_agents.py'}:agent"
 PAY = {"tool": "pay", "args": {"to": "acme", "amount": 250}}
@@ -161,3 +166,49 @@ async def test_a_finished_run_has_nothing_to_accept(tmp_path: Path) -> None:
     orders.write_text("1042,2500\n")
     with pytest.raises(CheckpointError, match=r"the run has finished \(final_answer\)"):
         await accept_changes(store, "a7", reason="late", by="ann")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A schema of this test's own on the test server ($POLYLOOP_TEST_PG_URL), dropped at the end."""
+    psycopg = pytest.importorskip("psycopg")
+    url = os.environ.get("POLYLOOP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no PostgreSQL at {url}: {exc}")
+        pytest.skip(f"no PostgreSQL at {url}: {exc}")
+    schema = f"polyloop_accept_{uuid.uuid4().hex[:10]}"
+    with conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    base, _, query = url.partition("?")
+    params = [(k, v) for k, v in parse_qsl(query) if k != "options"] + [("options", f"-csearch_path={schema}")]
+    try:
+        yield f"{base}?{urlencode(params, quote_via=quote)}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+async def test_on_postgresql_an_acceptance_is_recorded_a_held_run_refused_and_a_plain_resume_finishes(
+    pg_url: str, tmp_path: Path
+) -> None:
+    store, orders = open_store(pg_url), tmp_path / "orders.csv"
+    try:
+        orders.write_text("1042,250\n")
+        await _approved(store, "pg-a1", {"orders": str(orders)})
+        orders.write_text("1042,2500\n")
+        seen = len(await store.read_log("pg-a1"))
+        other = open_store(pg_url)  # another process's store: its hold is a lease in the database
+        try:
+            async with other.lock("pg-a1"):
+                with pytest.raises(RunActiveError):
+                    await accept_changes(store, "pg-a1", reason="checked", by="ann", seen=seen)
+        finally:
+            await other.aclose()
+        settled = await accept_changes(store, "pg-a1", reason="checked", by="ann", seen=seen)
+        assert [(d["what"], d["name"]) for d in settled.records[-1].differences] == [("input", "orders")]
+        assert (await resume_run("pg-a1", store=store)).text == "the tool said: paid 250 to acme ()"
+    finally:
+        await store.aclose()
