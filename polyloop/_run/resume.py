@@ -25,7 +25,9 @@ from .validity import differences, refusal
 from .._log.who import BY, REASON, said, settled_by
 
 if TYPE_CHECKING:
-    from .run_port import RunPort
+    from .._log.store_port import Store
+    from .._recovery.walker import Walker
+    from .run_port import AgentPort, RunPort
 
 
 @dataclass(slots=True)
@@ -55,13 +57,9 @@ class Resume:
             return  # nothing runs: the loop reports it as before
         assert walker.started is not None
         by = settled_by(self.by)
-        diffs = differences(walker.started, walker.accepted, run.agent, inputs=self.inputs)
-        if self.accept_changes:  # without it, changed products refused the resume before the lock's work
-            # Every change present now, also a product the interrupted step may have
-            # replaced (`unsettled`, checked again once that step completed): one
-            # acceptance covers them all, and the check after the step honours it.
-            bad = await bad_artifacts(run.store, walker, unsettled=True)
-            diffs += [c.difference() for c in bad]
+        # Without accept_changes, changed products refused the resume before the lock's work.
+        diffs = await checkpoint_changes(run.store, walker, run.agent, inputs=self.inputs,
+                                         products=self.accept_changes)
         if diffs:
             if not self.accept_changes:
                 raise refusal(run.run_id, diffs)
@@ -76,6 +74,27 @@ class Resume:
         walker.go_live()
         if self.on_resume is not None:
             self.on_resume(describe(plan(walker), run.run_id))
+
+
+async def checkpoint_changes(
+    store: Store, walker: Walker, agent: AgentPort, *, inputs: Mapping[str, Any] | None = None,
+    products: bool = True,
+) -> list[dict[str, Any]]:
+    """Every change of the run's checkpoint no acceptance on the record covers: what an acceptance accepts.
+
+    The one computation behind `resume --accept-changes` (`Resume.open`) and the
+    console's acceptance (`polyloop._operate.accept`): the inputs, logic version and
+    configuration against `agent` (`validity.differences`), then with `products`
+    every changed product, also one the interrupted step may have replaced
+    (`unsettled`, checked again once that step completed), so one acceptance
+    covers them all and the check after the step honours it.
+    """
+    assert walker.started is not None
+    diffs = differences(walker.started, walker.accepted, agent, inputs=inputs)
+    if products:
+        bad = await bad_artifacts(store, walker, unsettled=True)
+        diffs += [c.difference() for c in bad]
+    return diffs
 
 
 def compares_checkpoint(planned: Next) -> bool:

@@ -308,6 +308,13 @@ def explain(d: dict[str, Any]) -> str:
         if now is None:
             return f"the agent's configuration lost {part}"
         return f"{part} changed (config sha256 {_short(was)} recorded, {_short(now)} now)"
+    if what == "product":
+        where = f" ({was['path']})" if isinstance(was, dict) and was.get("path") else ""
+        if now is None:
+            return f"product {name!r}{where} is missing"
+        before = was.get("sha256") if isinstance(was, dict) else None
+        return (f"product {name!r}{where} was altered: sha256 {_short(before)} recorded, "
+                f"{_short(now.get('sha256') if isinstance(now, dict) else now)} now")
     return f"{what} {name!r} changed: {_short(was)} recorded, {_short(now)} now"
 
 

@@ -7,7 +7,10 @@ something the log changed since (another tab, the command line, another
 operator decided first; the run finished): `DecisionError` /
 `ResolutionError` with what happened, shown to the person. Nothing here
 re-implements a decision: `decide`, `resolve` and `cancel` are what
-`polyloop approve`, `deny`, `answer`, `mark-resolved` and `cancel` run.
+`polyloop approve`, `deny`, `answer`, `mark-resolved` and `cancel` run;
+`accept_changes` writes what `polyloop resume --accept-changes` writes, from
+the same computation of the changes, bound to the changes the form listed
+(their SHA-256) and the log position.
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from polyloop import InvalidInputError, PolyLoopError, RunActiveError, cancel
+from polyloop._log import commands
+from polyloop._log.records import CheckpointAccepted
+from polyloop._operate.accept import accept_changes
 from polyloop._operate.decide import decide as decide_request
 from polyloop._operate.resolve import resolve
+from polyloop._run.validity import explain
+from polyloop.stores._place import place_of
 
 from .access import Session
 from .console import Console
 
-ACTIONS = ("approve", "approve_edited", "deny", "answer", "executed", "not_executed", "cancel")
+ACTIONS = ("approve", "approve_edited", "deny", "answer", "executed", "not_executed", "cancel", "accept_changes")
 
 
 class _Bad(Exception):
@@ -77,6 +85,8 @@ async def _carry_out(
                 f"asked of the process that holds it ({outcome.holder or 'another process'}); it ends as "
                 "cancelled at its next safe point, before its next model call")}
         return {"what": "cancel: cancelled", "by": outcome.by, "next": None}
+    if action == "accept_changes":
+        return await _accept(console, run_id, form, reason=reason, by=by)
     target, seen = _field(form, "id"), _seen(form)
     if action in ("executed", "not_executed"):
         settled = await resolve(console.store, run_id, target, executed=action == "executed", seen=seen,
@@ -92,6 +102,22 @@ async def _carry_out(
     report = await settled.report(console.store)
     last = settled.records[-1]
     return {"what": f"{action.replace('_', ' ')} {target}", "by": getattr(last, "by", None), "next": report.next}
+
+
+async def _accept(console: Console, run_id: str, form: dict[str, str], *, reason: str | None,
+                  by: str | None) -> dict[str, Any]:
+    """Accept the run's changed checkpoint on the record, as the form showed it; the resume command next."""
+    settled = await accept_changes(console.store, run_id, reason=reason or "", by=by, seen=_seen(form),
+                                   expect_sha256=_field(form, "sha256"))
+    record = settled.records[-1]
+    assert isinstance(record, CheckpointAccepted)
+    report = await settled.report(console.store)
+    changes = "; ".join(explain(d) for d in record.differences)
+    return {"what": "accept changes", "by": record.by, "next": report.next,
+            "resume": commands.resume(run_id, place_of(console.where)),
+            "recorded": f"checkpoint_accepted of {len(record.differences)} change(s) written to the log, "
+                        f"with the reason {record.reason!r}: {changes}. Nothing ran: the next resume compares "
+                        "against them and continues without --accept-changes"}
 
 
 def _field(form: dict[str, str], name: str) -> str:

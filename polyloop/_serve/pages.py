@@ -9,9 +9,14 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from polyloop import InvalidInputError, InvalidRunIdError, RunNotFoundError, StoreError, inspect_run, list_runs
+from polyloop import (
+    InvalidInputError, InvalidRunIdError, PolyLoopError, RunNotFoundError, RunReport, StoreError, inspect_run,
+    list_runs,
+)
 from polyloop._log import commands
 from polyloop._log.who import settled_by
+from polyloop._operate.accept import changes_sha256, pending_changes
+from polyloop._run.validity import explain
 from polyloop.stores._place import place_of
 
 from .access import Session
@@ -45,14 +50,30 @@ async def run(request: Request, console: Console, session: Session) -> Response:
         return console.page("refused.html", 404, title="No such run", why=str(exc), session=session)
     except StoreError as exc:
         return console.page("refused.html", 503, title="Store unavailable", why=str(exc), session=session)
-    return console.page("run.html", title=f"Run {run_id}", session=session, run_id=run_id,
+    accept = await _acceptance(console, report) if session.can_decide else None
+    return console.page("run.html", title=f"Run {run_id}", session=session, run_id=run_id, accept=accept,
                         by=session.who.name or settled_by(None),
                         events=f"/runs/{run_id}/events?seen={len(report.records)}",
                         commands=_commands(console, run_id), **run_view(report.to_json(), len(report.records)))
 
 
+async def _acceptance(console: Console, report: RunReport) -> dict[str, Any] | None:
+    """The "Accept these changes" form of a stopped run resume refuses for changes: what it accepts, or why not.
+
+    The changes listed are the ones `accept_changes` computes (resume's own computation), and the
+    form carries their SHA-256: what the person accepts is what the page showed, or nothing."""
+    validity = report.validity or {}
+    if report.status not in ("resumable", "needs_operator") or not (report.refusal or validity.get("differences")):
+        return None
+    try:
+        changes = await pending_changes(console.store, report.run_id)
+    except PolyLoopError as exc:
+        return {"changes": [], "why": str(exc)}
+    return {"changes": [explain(d) for d in changes], "sha256": changes_sha256(changes)}
+
+
 def _commands(console: Console, run_id: str) -> dict[str, Any]:
-    """The commands a person pastes for what the console does not do (resume, accept changes, lift a crash loop)."""
+    """The commands a person pastes for what the console does not do (resume, lift a crash loop) or also does."""
     place = place_of(console.where)
     return {"resume": commands.resume(run_id, place), "accept": commands.accept_changes(run_id, place),
             "crash_loop": commands.accept_crash_loop(run_id, place), "inspect": commands.inspect(run_id, place)}

@@ -2,7 +2,8 @@
 
 Approve a waiting call and see the run finish; a denial reaches the model;
 two tabs deciding the same call (one wins, one is told); a form drawn before
-the arguments changed is refused; an answer; a cancel; a read-only console.
+the arguments changed is refused; an answer; a cancel; a read-only console; a changed
+input accepted from the browser, then a plain resume to the end.
 The screenshots of docs/how-to/decide-from-the-browser.md are taken here
 (with POLYLOOP_SCREENSHOTS=DIR).
 """
@@ -22,6 +23,7 @@ from support import forking
 from support.cli import clean_env, console_script
 
 from polyloop import JsonlStore, cancel, run_target
+from polyloop._operate.accept import accept_changes
 
 SHOTS = os.environ.get("POLYLOOP_SCREENSHOTS")
 
@@ -307,6 +309,57 @@ def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, serv
     shown = page.inner_text("#validity")
     assert "orders" in shown and "polyloop resume pay-11 --accept-changes --reason TEXT" in shown
     assert page.inner_text("#next").startswith("refuse (exit code 4)")
+
+
+def test_a_changed_input_accepted_in_the_browser_lets_a_plain_resume_finish(
+    page: Any, server: Server, runs: Path
+) -> None:
+    orders = runs.parent / "orders-a1.csv"
+    orders.write_text("1043,300\n")
+    start_run(runs, "accept-1", "pay", {"to": "acme", "amount": 300}, inputs={"orders": str(orders)})
+    page.goto(f"{server.base}runs/accept-1")
+    page.fill("#req-s1-a1 form.approve input[name=reason]", "ok")
+    page.click("#req-s1-a1 form.approve button")
+    orders.write_text("1043,3000\n")
+    page.goto(f"{server.base}runs/accept-1")
+    assert page.inner_text("#next").startswith("refuse (exit code 4)")
+    form = "#validity form.accept-changes"
+    assert "input 'orders'" in page.inner_text(f"{form} ul.changes") and "changed" in page.inner_text(f"{form} ul.changes")
+    page.set_viewport_size({"width": 1100, "height": 900})
+    _shot(page, "console-accept-changes.png")
+    page.fill(f"{form} input[name=reason]", "the corrected orders file")
+    page.click(f"{form} button")
+    assert "accept changes of run accept-1" in page.inner_text("#what")
+    assert "checkpoint_accepted of 1 change(s)" in page.inner_text("#what")
+    assert page.inner_text("#resume") == "polyloop resume accept-1"
+    assert page.inner_text("#next").startswith("run pay (step 1)")
+    accepted = report(runs, "accept-1")["overrides"]
+    assert [(o["record"], o["reason"]) for o in accepted] == [("checkpoint_accepted", "the corrected orders file")]
+    page.click("text=Back to run accept-1")
+    assert page.locator(form).count() == 0  # nothing left to accept
+    resume(runs, "accept-1")  # a plain resume: no --accept-changes
+    page.wait_for_selector("#status.st-finished", timeout=15_000)
+    assert page.inner_text("#result") == "the tool said: paid 300 to acme ()"
+
+
+def test_an_acceptance_from_a_page_drawn_before_someone_else_accepted_writes_nothing(
+    page: Any, server: Server, runs: Path
+) -> None:
+    orders = runs.parent / "orders-a2.csv"
+    orders.write_text("1044,1\n")
+    start_run(runs, "accept-2", "pay", {"to": "acme", "amount": 1}, inputs={"orders": str(orders)})
+    orders.write_text("1044,2\n")
+    page.goto(f"{server.base}runs/accept-2")
+    seen = page.get_attribute("#validity form.accept-changes input[name=seen]", "value")
+    forged = page.request.post(f"{server.base}runs/accept-2/decide", headers={"Origin": "http://evil.example"},
+                               form={"action": "accept_changes", "seen": seen, "reason": "x", "csrf": "guessed"})
+    assert forged.status == 403 and report(runs, "accept-2")["overrides"] == []
+    off_thread(lambda: asyncio.run(accept_changes(JsonlStore(runs), "accept-2", reason="bob checked", by="bob")))
+    before = report(runs, "accept-2")["overrides"]
+    page.fill("#validity form.accept-changes input[name=reason]", "ann checked")
+    page.click("#validity form.accept-changes button")
+    assert "changes were accepted by bob" in page.inner_text("#why")
+    assert report(runs, "accept-2")["overrides"] == before
 
 
 @pytest.mark.slow  # five processes, four of them SIGKILLed: CI runs it by `pytest -m slow`

@@ -219,7 +219,10 @@ def test_named_operators_are_recorded_by_name_and_a_read_only_one_decides_nothin
 def test_a_read_only_console_shows_everything_and_decides_nothing(browser: Any, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
-    start_run(runs, "ro-1", "pay", {"to": "acme", "amount": 5})
+    orders = tmp_path / "orders.csv"
+    orders.write_text("1,5\n")
+    start_run(runs, "ro-1", "pay", {"to": "acme", "amount": 5}, inputs={"orders": str(orders)})
+    orders.write_text("1,50\n")  # a change resume refuses: a person with the decide role may accept it
     server = Server(runs, extra=("--read-only",)).start()
     try:
         assert "(read-only)" in server.lines[0]
@@ -229,8 +232,9 @@ def test_a_read_only_console_shows_everything_and_decides_nothing(browser: Any, 
         assert "token holder · read-only" in tab.inner_text("header")
         assert '"amount": 5' in tab.inner_text("#req-s1-a1 pre.args")  # it sees the request
         assert tab.locator("form[method=post]").count() == 0 and "Read-only" in tab.inner_text("#waiting")
+        assert "orders" in tab.inner_text("#validity")  # it sees the change, and no form to accept it
         for form in ({"action": "approve", "id": "s1-a1", "seen": "4", "reason": "x"},
-                     {"action": "cancel", "reason": "x"}):
+                     {"action": "cancel", "reason": "x"}, {"action": "accept_changes", "seen": "4", "reason": "x"}):
             forged = tab.request.post(f"{server.base}runs/ro-1/decide", headers={"Origin": server.base.rstrip("/")},
                                       form={**form, "csrf": "a read-only page carries no form"})
             assert forged.status == 403 and "read-only" in forged.text()
@@ -238,7 +242,7 @@ def test_a_read_only_console_shows_everything_and_decides_nothing(browser: Any, 
     finally:
         server.stop()
     doc = report(runs, "ro-1")
-    assert doc["requests"][0]["decision"] is None and doc["cancelled"] is None
+    assert doc["requests"][0]["decision"] is None and doc["cancelled"] is None and doc["overrides"] == []
 
 
 def test_behind_a_tls_proxy_on_this_machine_as_the_how_to_says_decisions_go_through(tmp_path: Path) -> None:
