@@ -10,7 +10,7 @@ import typer
 
 from polyloop import BatchInterrupted, BatchReport, BatchRun, run_batch
 
-from . import batch_view, documents, options, paste, telemetry, terminal
+from . import batch_view, documents, options, paste, telemetry
 from .errors import FAILURE, INTERRUPTED, NEEDS_OPERATOR, OK, UNAVAILABLE, BadInput, failures
 from .scope import Scope
 

@@ -9,7 +9,7 @@ import typer
 
 from polyloop import verify_logs
 
-from . import documents, logs_view, options, terminal
+from . import documents, logs_view, options
 from .errors import FAILURE, OK, BadInput, failures
 from .scope import Scope
 

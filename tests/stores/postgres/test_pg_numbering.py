@@ -10,7 +10,6 @@ permanent).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 

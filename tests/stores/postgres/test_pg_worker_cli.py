@@ -140,7 +140,6 @@ def test_a_parked_run_says_how_to_reach_its_store_and_that_a_worker_continues_it
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     payer = str(TESTS / "cli" / "approval_agents.py") + ":payer"
     [run_id] = fresh_ids("pgc-parked", 1)
