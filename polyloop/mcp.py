@@ -71,12 +71,18 @@ def policy_of(
 ) -> tuple[Replay, str | None, str]:
     """(replay, approval, why) of a tool from its annotations (camelCase keys, as on the wire).
 
-    Untrusted: `never`, whatever the tool claims. Trusted: `readOnlyHint`
-    -> `safe`; `idempotentHint` and `destructiveHint: false` -> `safe`;
-    otherwise `never` (destructive is the spec's default), and `required`
-    approval when `approve_destructive` and the tool is destructive.
+    Untrusted: `never`, whatever the tool claims, and with
+    `approve_destructive` every call waits for approval (no claim of an
+    untrusted server counts, so each of its tools is destructive, the spec's
+    default). Trusted: `readOnlyHint` -> `safe`; `idempotentHint` and
+    `destructiveHint: false` -> `safe`; otherwise `never` (destructive is the
+    spec's default), and `required` approval when `approve_destructive` and
+    the tool is destructive.
     """
     if not trusted:
+        if approve_destructive:
+            return "never", "required", ("untrusted server: every tool is never and, with approve_destructive, "
+                                         "waits for approval, whatever it claims")
         return "never", None, "untrusted server: every tool is never, whatever it claims"
     a = annotations or {}
     if a.get("readOnlyHint") is True:
@@ -143,9 +149,10 @@ class MCPServer(ToolSource):
         cwd: a stdio server's working directory.
         trust: derive each tool's policy from its annotations. False (the
             default): every tool is `replay="never"`, whatever it claims.
-        approve_destructive: with `trust=True`, every call of a destructive
-            tool (`destructiveHint`, or no annotation) waits for a person's
-            approval.
+        approve_destructive: every call of a destructive tool
+            (`destructiveHint`, or no annotation) waits for a person's
+            approval; on an untrusted server, where no claim counts, every
+            call of every tool.
         overrides: per tool (by its server name), what the agent says
             instead: `{"replay": "safe" | "never", "approval": "required" |
             predicate | None, "max_failures": N, "concurrent": bool}`. An

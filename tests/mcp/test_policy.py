@@ -27,6 +27,15 @@ def test_an_untrusted_server_gets_never_whatever_it_claims(hints):
     assert t.origin["policy"] == "untrusted" and t.origin["trusted"] is False
 
 
+@pytest.mark.parametrize("hints", [{}, {"read_only_hint": True}, {"destructive_hint": False}])
+def test_approve_destructive_on_an_untrusted_server_makes_every_tool_wait(hints):
+    # No claim of an untrusted server counts: each of its tools is destructive (the spec's default),
+    # so asking for approval of destructive tools is never silently a no-op there.
+    t = _tool(_listed(**hints), approve_destructive=True)
+    assert (t.replay, t.approval) == ("never", "required")
+    assert t.origin["policy"] == "untrusted"
+
+
 @pytest.mark.parametrize("hints, replay, approval", [
     ({"read_only_hint": True}, "safe", None),
     ({"idempotent_hint": True, "destructive_hint": False}, "safe", None),
