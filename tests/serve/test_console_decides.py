@@ -240,6 +240,10 @@ def test_a_run_started_before_the_runs_page_listens_still_moves_it(page: Any, se
     page.goto(server.base)
     events = page.get_attribute("body", "data-events")  # drawn before the run exists; it says what was drawn
     assert "seen=" in events
+    # Listen from a page of the console that follows nothing (the runs page itself would redraw on the
+    # news, taking this script's promise with it).
+    page.goto(f"{server.base}runs/no-such-run")
+    assert page.get_attribute("body", "data-events") is None
     start_run(runs, "pay-12", "pay", {"to": "umbrella", "amount": 4})  # before anything listens
     moved = page.evaluate("""url => new Promise(done => {
         const source = new EventSource(url);
@@ -354,9 +358,10 @@ def test_an_acceptance_from_a_page_drawn_before_someone_else_accepted_writes_not
     forged = page.request.post(f"{server.base}runs/accept-2/decide", headers={"Origin": "http://evil.example"},
                                form={"action": "accept_changes", "seen": seen, "reason": "x", "csrf": "guessed"})
     assert forged.status == 403 and report(runs, "accept-2")["overrides"] == []
+    # Ann starts typing (the page then no longer redraws itself), and meanwhile Bob accepts elsewhere.
+    page.fill("#validity form.accept-changes input[name=reason]", "ann checked")
     off_thread(lambda: asyncio.run(accept_changes(JsonlStore(runs), "accept-2", reason="bob checked", by="bob")))
     before = report(runs, "accept-2")["overrides"]
-    page.fill("#validity form.accept-changes input[name=reason]", "ann checked")
     page.click("#validity form.accept-changes button")
     assert "changes were accepted by bob" in page.inner_text("#why")
     assert report(runs, "accept-2")["overrides"] == before
