@@ -187,6 +187,7 @@ def test_a_call_cut_off_before_its_effect_is_unknown_and_runs_once_when_a_person
     assert len(s.effects("write_effect")) == 1
 
 
+@pytest.mark.slow  # four processes and two servers (14 s): CI runs it by `pytest -m slow`
 def test_a_tool_whose_approval_the_changed_server_no_longer_asks_is_a_change_a_person_can_accept(tmp_path):
     # approve_destructive: write_effect's calls wait for approval; after a crash the server claims it is
     # read-only, which would drop the approval. The resume refuses as for any changed tool (exit 4), and a

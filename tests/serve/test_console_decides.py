@@ -253,6 +253,7 @@ def test_a_run_started_before_the_runs_page_listens_still_moves_it(page: Any, se
     assert moved is True
 
 
+@pytest.mark.slow  # five rounds of a race (6 s): CI runs it by `pytest -m slow`
 def test_a_runs_page_being_left_never_reloads_over_the_navigation(page: Any, server: Server, runs: Path) -> None:
     for n in range(5):  # each time the runs page is out of date as the reader clicks away from it
         page.goto(server.base)
