@@ -7,15 +7,13 @@ approval, its `note` keeps a product), loaded from its file as `polyloop resume`
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, urlencode
 
 import pytest
+from support.pg_schema import own_schema
 
 from polyloop import (
     CheckpointError, InvalidInputError, JsonlStore, NeedsOperatorError, RunActiveError, approve, resume_run, run_target,
@@ -170,25 +168,9 @@ async def test_a_finished_run_has_nothing_to_accept(tmp_path: Path) -> None:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A schema of this test's own on the test server ($POLYLOOP_TEST_PG_URL), dropped at the end."""
-    psycopg = pytest.importorskip("psycopg")
-    url = os.environ.get("POLYLOOP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=3)
-    except psycopg.Error as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no PostgreSQL at {url}: {exc}")
-        pytest.skip(f"no PostgreSQL at {url}: {exc}")
-    schema = f"polyloop_accept_{uuid.uuid4().hex[:10]}"
-    with conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    base, _, query = url.partition("?")
-    params = [(k, v) for k, v in parse_qsl(query) if k != "options"] + [("options", f"-csearch_path={schema}")]
-    try:
-        yield f"{base}?{urlencode(params, quote_via=quote)}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    """A schema of this test's own on the test server, dropped at the end."""
+    with own_schema("polyloop_accept") as url:
+        yield url
 
 
 async def test_on_postgresql_an_acceptance_is_recorded_a_held_run_refused_and_a_plain_resume_finishes(

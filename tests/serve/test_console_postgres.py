@@ -5,43 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
 
 import pytest
+from support.pg_schema import own_schema
 from console_helpers import TARGET, Server, off_thread
 
 from polyloop import NeedsOperatorError, inspect_run, resume_run, run_target
 from polyloop.stores import open_store
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 pytestmark = pytest.mark.slow  # a browser and a server of its own: CI runs it by `pytest -m slow`
 
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    """A schema of this module's own on the test server ($POLYLOOP_TEST_PG_URL), dropped at the end."""
-    psycopg = pytest.importorskip("psycopg")
-    url = os.environ.get("POLYLOOP_TEST_PG_URL", DEFAULT_URL)
-    try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=3)
-    except psycopg.Error as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no PostgreSQL at {url}: {exc}")
-        pytest.skip(f"no PostgreSQL at {url}: {exc}")
-    schema = f"polyloop_console_{uuid.uuid4().hex[:10]}"
-    with conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    base, _, query = url.partition("?")
-    params = [(k, v) for k, v in parse_qsl(query) if k != "options"] + [("options", f"-csearch_path={schema}")]
-    try:
-        yield f"{base}?{urlencode(params, quote_via=quote)}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    """A schema of this module's own on the test server, dropped at the end."""
+    with own_schema("polyloop_console") as url:
+        yield url
 
 
 def _on_pg(url: str, coro: Any) -> Any:
