@@ -96,15 +96,22 @@ async def accept_changes(
     return Settled(recovery, (*records, record), walker)
 
 
-async def pending_changes(store: Store, run_id: str) -> list[dict[str, Any]]:
-    """What `accept_changes` would accept now, read without holding the run (what a page shows).
+async def pending_changes(
+    store: Store, run_id: str, records: Sequence[Record] | None = None
+) -> list[dict[str, Any]]:
+    """What `accept_changes` would accept now, without holding the run (what a page shows).
+
+    `records`: the run's log as the caller already read it (a page drawn from
+    `inspect_run`'s report), so the changes are those of the log the page shows;
+    None reads it.
 
     Raises:
         CheckpointError: nothing to accept, or nothing to compare against (see `accept_changes`).
         TargetError, RunNotFoundError, CorruptLogError, InvalidRunIdError, StoreError.
     """
     check_run_id(run_id)
-    records: Sequence[Record] = await store.read_log(run_id)
+    if records is None:
+        records = await store.read_log(run_id)
     return await _changes(store, await walk_checked(records, run_id), run_id)
 
 

@@ -66,7 +66,7 @@ async def _acceptance(console: Console, report: RunReport) -> dict[str, Any] | N
     if report.status not in ("resumable", "needs_operator") or not (report.refusal or validity.get("differences")):
         return None
     try:
-        changes = await pending_changes(console.store, report.run_id)
+        changes = await pending_changes(console.store, report.run_id, report.records)  # the log the page shows
     except PolyLoopError as exc:
         return {"changes": [], "why": str(exc)}
     return {"changes": [explain(d) for d in changes], "sha256": changes_sha256(changes)}
