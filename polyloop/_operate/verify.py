@@ -4,7 +4,6 @@ every run of a PostgreSQL store, read through the store's own read methods."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from .._run.artifacts import ArtifactCheck, judge, refused_artifacts
+from .._run.artifacts import ArtifactCheck, judge, judge_digest, refused_artifacts, stream_digest
 from ..stores._artifacts import NotRegularArtifactError, read_artifact_file
 from .._recovery.walker import Walker, walk
 from .._log.codec import ParsedLog, parse_log
@@ -306,23 +305,11 @@ async def _stored_verdict(store: RunLogs, path: str, run_id: str, walker: Walker
         if (size, digest) != stored[ref.name]:  # the chunks are not the content their address names
             checks.append(ArtifactCheck(ref, "unsettled" if in_flight else "altered", size, digest))
             continue
-        good = size == ref.size and digest == ref.sha256
-        state = "ok" if good else "unsettled" if in_flight else "altered"
-        checks.append(ArtifactCheck(ref, state, size, digest))
+        checks.append(judge_digest(ref, size, digest, in_flight=in_flight))
     bad = [(None, c.sentence()) for c in refused_artifacts(checks, walker)]
     if bad:
         return FileVerdict(path, run_id, "bad_product", tuple(bad), tuple(checks))
     return FileVerdict(path, run_id, "ok", (), tuple(checks))
-
-
-async def stream_digest(chunks: AsyncIterator[bytes]) -> tuple[int, str]:
-    """(size, sha256) of a product streamed a chunk at a time, never holding it whole."""
-    h = hashlib.sha256()
-    size = 0
-    async for chunk in chunks:
-        h.update(chunk)
-        size += len(chunk)
-    return size, h.hexdigest()
 
 
 async def _verify_database(url: str, progress: Callable[[int, int], None] | None) -> VerifyReport:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -162,19 +162,25 @@ async def artifact_checks(store: Store, walker: Walker) -> list[ArtifactCheck]:
 
 async def _streamed(store: Any, run_id: str, ref: Artifact, in_flight: bool) -> ArtifactCheck:
     """The check of a product the store streams: hashed a chunk at a time (none: missing)."""
-    h = hashlib.sha256()
-    size = 0
     try:
-        async for chunk in store.product_chunks(run_id, ref.name):
-            h.update(chunk)
-            size += len(chunk)
+        size, digest = await stream_digest(store.product_chunks(run_id, ref.name))
         if size == 0 and await store.get_product(run_id, ref.name) is None:
             return judge(ref, None, in_flight=in_flight)
     except PolyLoopError:
         raise
     except Exception as exc:
         raise StoreError(f"store failed to read product {ref.name!r} of run {run_id!r}: {exc}", run_id=run_id) from exc
-    return judge_digest(ref, size, h.hexdigest(), in_flight=in_flight)
+    return judge_digest(ref, size, digest, in_flight=in_flight)
+
+
+async def stream_digest(chunks: AsyncIterator[bytes]) -> tuple[int, str]:
+    """(size, sha256) of a product streamed a chunk at a time, never holding it whole."""
+    h = hashlib.sha256()
+    size = 0
+    async for chunk in chunks:
+        h.update(chunk)
+        size += len(chunk)
+    return size, h.hexdigest()
 
 
 def accepted_artifacts(walker: Walker) -> set[tuple[str, str | None]]:
