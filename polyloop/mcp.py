@@ -45,7 +45,7 @@ from ._log.errors import PolyLoopError
 from ._mcp_link import Link, Lost, NotSent, Refused, quiet_sdk_logs
 from ._run.context import ToolContext
 from ._run.tool_source import ToolSource
-from ._run.tools import Approval, Replay, Tool, ToolAnswerLostError, _Guards
+from ._run.tools import Approval, Replay, Tool, ToolAnswerLostError, _Guards, check_policy
 
 __all__ = ["MCPServer", "MCPServerError", "MCPTool", "MCPToolError", "policy_of"]
 
@@ -119,14 +119,10 @@ def _check_override(server: str, tool: str, o: Any) -> dict[str, Any]:
     unknown = sorted(set(o) - _OVERRIDABLE)
     if unknown:
         raise ValueError(f"{where} has unknown keys {unknown}; use {sorted(_OVERRIDABLE)}")
-    if "replay" in o and o["replay"] not in ("safe", "never"):
-        raise ValueError(f"{where}: replay must be 'safe' or 'never', not {o['replay']!r}")
-    approval = o.get("approval")
-    if approval is not None and approval != "required" and not callable(approval):
-        raise ValueError(f"{where}: approval must be 'required', a predicate on the arguments or None, not {approval!r}")
-    failures = o.get("max_failures")
-    if failures is not None and (type(failures) is not int or failures < 1):
-        raise ValueError(f"{where}: max_failures must be a positive whole number or None, not {failures!r}")
+    try:
+        check_policy(**{k: v for k, v in o.items() if k != "concurrent"})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     if "concurrent" in o and type(o["concurrent"]) is not bool:
         raise ValueError(f"{where}: concurrent must be True or False, not {o['concurrent']!r}")
     return o
@@ -321,8 +317,6 @@ class MCPTool(Tool):
             replay, approval, source = override.get("replay", replay), override.get("approval", approval), "override"
         elif override:
             why = f"{why}; the agent's override of {sorted(override)}"
-        if replay not in ("safe", "never"):
-            raise ValueError(f"MCP tool {self.remote!r}: replay must be 'safe' or 'never', not {replay!r}")
         self.irreversible = False
         self.concurrent = bool(override.get("concurrent", True))
         self.approval: Approval = approval  # type: ignore[assignment]

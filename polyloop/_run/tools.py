@@ -27,6 +27,22 @@ Approval = Union[Literal["required"], Callable[[dict[str, Any]], Any], None]
 _CHECKED_KEPT = 4096
 
 
+def check_policy(**given: Any) -> None:
+    """Refuse a `replay`, `approval` or `max_failures` (those given) a tool cannot take.
+
+    Raises:
+        ValueError: naming the setting, what it takes, and the value given.
+    """
+    if "replay" in given and given["replay"] not in ("safe", "never"):
+        raise ValueError(f"replay must be 'safe' or 'never', not {given['replay']!r}")
+    approval = given.get("approval")
+    if approval is not None and approval != "required" and not callable(approval):
+        raise ValueError(f"approval must be 'required', a predicate on the arguments or None, not {approval!r}")
+    failures = given.get("max_failures")
+    if failures is not None and (type(failures) is not int or failures < 1):
+        raise ValueError(f"max_failures must be a positive whole number or None, not {failures!r}")
+
+
 class Tool:
     """A function the model can call, with its declared replay policy.
 
@@ -59,12 +75,7 @@ class Tool:
         max_failures: int | None = None,
         inline: bool = False,
     ) -> None:
-        if replay not in ("safe", "never"):
-            raise ValueError(f"replay must be 'safe' or 'never', not {replay!r}")
-        if approval is not None and approval != "required" and not callable(approval):
-            raise ValueError(f"approval must be 'required', a predicate on the arguments or None, not {approval!r}")
-        if max_failures is not None and (type(max_failures) is not int or max_failures < 1):
-            raise ValueError(f"max_failures must be a positive whole number or None, not {max_failures!r}")
+        check_policy(replay=replay, approval=approval, max_failures=max_failures)
         self.irreversible = irreversible
         self.concurrent = concurrent
         self.approval = approval
