@@ -301,16 +301,21 @@ def test_a_run_page_redraws_once_when_its_log_turns_corrupt(page: Any, server: S
     assert "not valid JSON" in page.inner_text("section.problems")
 
 
-@pytest.mark.slow
-def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
-    orders = runs.parent / "orders.csv"
-    orders.write_text("1042,250\n")
-    start_run(runs, "pay-11", "pay", {"to": "acme", "amount": 250}, inputs={"orders": str(orders)})
-    page.goto(f"{server.base}runs/pay-11")
+
+def _approved_then_input_changed(page: Any, server: Server, runs: Path, run_id: str, orders: Path, amount: int) -> None:
+    """Run `run_id` paying `amount` with the input file `orders`, approve the payment in the page, then
+    change the file: the run's page, drawn again, shows a checkpoint resume refuses."""
+    orders.write_text(f"1042,{amount}\n")
+    start_run(runs, run_id, "pay", {"to": "acme", "amount": amount}, inputs={"orders": str(orders)})
+    page.goto(f"{server.base}runs/{run_id}")
     page.fill("#req-s1-a1 form.approve input[name=reason]", "ok")
     page.click("#req-s1-a1 form.approve button")
-    orders.write_text("1042,2500\n")
-    page.goto(f"{server.base}runs/pay-11")
+    orders.write_text(f"1042,{amount * 10}\n")
+    page.goto(f"{server.base}runs/{run_id}")
+
+@pytest.mark.slow
+def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
+    _approved_then_input_changed(page, server, runs, "pay-11", runs.parent / "orders.csv", 250)
     shown = page.inner_text("#validity")
     assert "orders" in shown and "polyloop resume pay-11 --accept-changes --reason TEXT" in shown
     assert page.inner_text("#next").startswith("refuse (exit code 4)")
@@ -319,14 +324,7 @@ def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, serv
 def test_a_changed_input_accepted_in_the_browser_lets_a_plain_resume_finish(
     page: Any, server: Server, runs: Path
 ) -> None:
-    orders = runs.parent / "orders-a1.csv"
-    orders.write_text("1043,300\n")
-    start_run(runs, "accept-1", "pay", {"to": "acme", "amount": 300}, inputs={"orders": str(orders)})
-    page.goto(f"{server.base}runs/accept-1")
-    page.fill("#req-s1-a1 form.approve input[name=reason]", "ok")
-    page.click("#req-s1-a1 form.approve button")
-    orders.write_text("1043,3000\n")
-    page.goto(f"{server.base}runs/accept-1")
+    _approved_then_input_changed(page, server, runs, "accept-1", runs.parent / "orders-a1.csv", 300)
     assert page.inner_text("#next").startswith("refuse (exit code 4)")
     form = "#validity form.accept-changes"
     assert "input 'orders'" in page.inner_text(f"{form} ul.changes") and "changed" in page.inner_text(f"{form} ul.changes")
