@@ -31,17 +31,18 @@ def _ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONSOLE_LEDGER", str(tmp_path / "ledger.txt"))
 
 
-async def _approved(store: JsonlStore, run_id: str, inputs: dict[str, object]) -> None:
-    """A run that stopped for the approval of `pay`, approved: resume would run it next."""
+async def _approved(store: JsonlStore, run_id: str, orders: Path) -> None:
+    """A run of the input file `orders` (written for it) that stopped for the approval of `pay`,
+    approved: resume would run it next."""
+    orders.write_text("1042,250\n")
     with pytest.raises(NeedsOperatorError):
-        await run_target(TARGET, goal=json.dumps(PAY), store=store, run_id=run_id, inputs=inputs)
+        await run_target(TARGET, goal=json.dumps(PAY), store=store, run_id=run_id, inputs={"orders": str(orders)})
     await approve(store, run_id, "s1-a1", reason="checked", by="bob")
 
 
 async def test_an_acceptance_is_recorded_and_a_plain_resume_then_finishes(tmp_path: Path) -> None:
     store, orders = JsonlStore(tmp_path / "runs"), tmp_path / "orders.csv"
-    orders.write_text("1042,250\n")
-    await _approved(store, "a1", {"orders": str(orders)})
+    await _approved(store, "a1", orders)
     orders.write_text("1042,2500\n")
     with pytest.raises(CheckpointError, match="input 'orders'"):
         await resume_run("a1", store=store)
@@ -91,8 +92,7 @@ async def test_a_changed_product_is_accepted_as_resume_would_accept_it(tmp_path:
 
 async def test_nothing_to_accept_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     store, orders = JsonlStore(tmp_path / "runs"), tmp_path / "orders.csv"
-    orders.write_text("1042,250\n")
-    await _approved(store, "a3", {"orders": str(orders)})
+    await _approved(store, "a3", orders)
     before = await store.read_log("a3")
     with pytest.raises(CheckpointError, match="cannot accept the changes of run 'a3': nothing to accept"):
         await accept_changes(store, "a3", reason="just in case", by="ann")
@@ -101,8 +101,7 @@ async def test_nothing_to_accept_is_refused_and_nothing_is_written(tmp_path: Pat
 
 async def test_a_page_drawn_before_another_acceptance_is_stale(tmp_path: Path) -> None:
     store, orders = JsonlStore(tmp_path / "runs"), tmp_path / "orders.csv"
-    orders.write_text("1042,250\n")
-    await _approved(store, "a4", {"orders": str(orders)})
+    await _approved(store, "a4", orders)
     orders.write_text("1042,2500\n")
     seen = len(await store.read_log("a4"))
     await accept_changes(store, "a4", reason="bob checked it", by="bob")  # another tab, another operator
@@ -118,8 +117,7 @@ async def test_a_page_drawn_before_another_acceptance_is_stale(tmp_path: Path) -
 
 async def test_changes_other_than_the_ones_shown_are_refused(tmp_path: Path) -> None:
     store, orders = JsonlStore(tmp_path / "runs"), tmp_path / "orders.csv"
-    orders.write_text("1042,250\n")
-    await _approved(store, "a5", {"orders": str(orders)})
+    await _approved(store, "a5", orders)
     orders.write_text("1042,2500\n")
     shown = changes_sha256(await pending_changes(store, "a5"))
     orders.write_text("1042,9999\n")
@@ -131,8 +129,7 @@ async def test_changes_other_than_the_ones_shown_are_refused(tmp_path: Path) -> 
 
 async def test_a_run_a_live_process_holds_is_refused(tmp_path: Path) -> None:
     store, orders = JsonlStore(tmp_path / "runs"), tmp_path / "orders.csv"
-    orders.write_text("1042,250\n")
-    await _approved(store, "a6", {"orders": str(orders)})
+    await _approved(store, "a6", orders)
     orders.write_text("1042,2500\n")
     before = await store.read_log("a6")
     holder = subprocess.Popen(  # another process holds the run (as a resume or a worker does)
@@ -158,8 +155,7 @@ async def test_a_blank_or_placeholder_reason_is_refused_before_anything_is_read(
 
 async def test_a_finished_run_has_nothing_to_accept(tmp_path: Path) -> None:
     store, orders = JsonlStore(tmp_path / "runs"), tmp_path / "orders.csv"
-    orders.write_text("1042,250\n")
-    await _approved(store, "a7", {"orders": str(orders)})
+    await _approved(store, "a7", orders)
     await resume_run("a7", store=store)
     orders.write_text("1042,2500\n")
     with pytest.raises(CheckpointError, match=r"the run has finished \(final_answer\)"):
@@ -178,8 +174,7 @@ async def test_on_postgresql_an_acceptance_is_recorded_a_held_run_refused_and_a_
 ) -> None:
     store, orders = open_store(pg_url), tmp_path / "orders.csv"
     try:
-        orders.write_text("1042,250\n")
-        await _approved(store, "pg-a1", {"orders": str(orders)})
+        await _approved(store, "pg-a1", orders)
         orders.write_text("1042,2500\n")
         seen = len(await store.read_log("pg-a1"))
         other = open_store(pg_url)  # another process's store: its hold is a lease in the database
