@@ -64,7 +64,10 @@ class MemoryStore(RecordWrites):
             lines = self._lines(run_id)
         # Kept as exact-size copies: the bytes orjson returns hold its whole ~8 KiB write buffer
         # (tracemalloc), which made a kept line cost about five times its length.
-        lines.extend([bytes(memoryview(encode(r))) for r in records])
+        if len(records) == 1:
+            lines.append(bytes(memoryview(encode(first))))
+        else:
+            lines.extend([bytes(memoryview(encode(r))) for r in records])
 
     async def put_product(self, run_id: str, name: str, data: bytes) -> None:
         self._artifacts[(check_run_id(run_id), check_artifact_name(name))] = bytes(data)
