@@ -354,7 +354,7 @@ class ScriptedModel:
             )
         out = self.outputs[index]
         usage = out.get("usage")
-        usage_obj = Usage(**usage) if isinstance(usage, Mapping) else None
+        usage_obj = Usage(**usage) if usage is not None and isinstance(usage, Mapping) else None  # None skips the ABC check
         if "final" in out:
             return ModelOutput(text=str(out["final"]), usage=usage_obj)
         calls = out["calls"] if "calls" in out else [out]

@@ -10,7 +10,6 @@ asked and why (log format 1.3), and is then removed.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from typing import Any
 
 from .._log.cancel_port import CancellingStore
@@ -19,9 +18,6 @@ from .._log.errors import PolyLoopError, StoreError
 from .._log.records import RunFinished, representable
 from .result import RunResult
 
-
-_UNSEEN: Any = object()
-_channels: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def ended_by(f: RunFinished) -> str | None:
@@ -40,9 +36,7 @@ async def stop_if_asked(run: Any) -> RunResult | None:
     Raises:
         StoreError: the request or the end marker cannot be read or written.
     """
-    channel = _channels.get(run, _UNSEEN)
-    if channel is _UNSEEN:  # what the store can do is looked up once per run, not once per step
-        channel = _channels[run] = cancel_channel(run.store)
+    channel = run.cancels  # looked up once per run (`_Run`), not once per step
     if channel is None:
         return None
     try:

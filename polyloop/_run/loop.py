@@ -50,7 +50,7 @@ from .._recovery.plan import (
     plan,
 )
 from .artifacts import Artifacts, check_artifacts
-from .cancelling import ended_by, stop_if_asked
+from .cancelling import cancel_channel, ended_by, stop_if_asked
 from .._log.records import (
     ActionResult,
     ApprovalRequest,
@@ -98,6 +98,7 @@ class _Run:
         self.refused: dict[tuple[int, int], str] = {}
         self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
         can = capabilities_of(store)
+        self.cancels = cancel_channel(store)  # where `polyloop cancel` asks the run to stop, if the store can
         self._write_intents = store.write_intents if can.batching else None  # type: ignore[attr-defined]
         # Resumed with an action in flight: a product it may have replaced is only `unsettled`
         # (see polyloop._run.artifacts); once its step completes, every product is checked again
@@ -133,7 +134,7 @@ class _Run:
             if isinstance(planned, CallModel):
                 if (stopped := await stop_if_asked(self)) is not None:  # the safe point: nothing in flight
                     return stopped
-                refused = await self._call_model(planned, history)
+                refused = await call_model(self, self.outage, self.specs, planned, history)
                 if refused is not None:  # the provider refused for good: asking again cannot help
                     return await self._finish("error", None, error=refused)
             elif isinstance(planned, RunAction):
@@ -196,7 +197,8 @@ class _Run:
                 raise
             except Exception as exc:
                 raise self._failed(exc) from exc
-            self._fed(record)
+            if not self.walker.feed(record):  # `_fed`, written out: four times a step
+                self._refused()
             if type(record) is StepCompleted:
                 if self.recheck_artifacts:
                     self.recheck_artifacts = False
@@ -221,12 +223,11 @@ class _Run:
 
     def _fed(self, record: Record) -> None:
         if not self.walker.feed(record):
-            problem = self.walker.problems[-1]
-            raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
+            self._refused()
 
-    async def _call_model(self, planned: CallModel, history: _History) -> str | None:
-        """Call the model for a step (polyloop._run.model_call); the error that ends the run, if any."""
-        return await call_model(self, self.outage, self.specs, planned, history)
+    def _refused(self) -> None:
+        problem = self.walker.problems[-1]
+        raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
     async def _act(self, planned: RunAction, history: _History) -> None:
         prepared = self._prepare(planned)
@@ -258,7 +259,9 @@ class _Run:
             request = request_for(self, tool, planned)
             if request is not None:
                 return request  # the call waits for a person: nothing of it runs
-        approved = self.walker.request_of(result_id("action", planned.step, 1, planned.call))
+        rid = result_id("action", planned.step, planned.attempt, planned.call)
+        first = rid if planned.attempt == 1 else result_id("action", planned.step, 1, planned.call)
+        approved = self.walker.request_of(first)
         # An approved call keeps the key of the call that was approved, edited or not.
         key = approved.idempotency_key if approved is not None else idempotency_key(
             self.run_id, planned.step, planned.tool, planned.args, planned.call)
@@ -266,7 +269,7 @@ class _Run:
             kind="action",
             step=planned.step,
             attempt=planned.attempt,
-            result_id=result_id("action", planned.step, planned.attempt, planned.call),
+            result_id=rid,
             tool=planned.tool,
             args=planned.args,
             replay=tool.replay,

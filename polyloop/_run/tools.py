@@ -260,9 +260,8 @@ class Tool:
                 call_args, kwargs = self._sig.validate(args)
             except BadArguments as exc:
                 raise TypeError(f"invalid arguments for tool {self.name!r}: {exc}") from None
-        kwargs = dict(kwargs)
         if self._sig.ctx_param is not None:
-            kwargs[self._sig.ctx_param] = ctx
+            kwargs = {**kwargs, self._sig.ctx_param: ctx}  # a new dict: the validated one may be reused
         if self.is_async:
             return await self.fn(*call_args, **kwargs)
         if self.inline:
