@@ -73,6 +73,7 @@ from .result import RunResult
 from .run_port import AgentPort
 from .context import ToolContext
 from .tools import Tool
+from .writer_turn import WriterTurn
 
 if TYPE_CHECKING:
     from .resume import Resume
@@ -96,7 +97,7 @@ class _Run:
         # Calls of a step of several that were refused before any intent (an
         # unknown tool, arguments that do not fit): (step, call) -> observation.
         self.refused: dict[tuple[int, int], str] = {}
-        self._writing = asyncio.Lock()  # the calls of a step write concurrently: one record at a time
+        self.turn = WriterTurn()  # the calls of a step write concurrently: one record at a time
         can = capabilities_of(store)
         self.cancels = cancel_channel(store)  # where `polyloop cancel` asks the run to stop, if the store can
         self._write_intents = store.write_intents if can.batching else None  # type: ignore[attr-defined]
@@ -180,10 +181,13 @@ class _Run:
     async def write(self, record: Record) -> None:
         # Fail closed: any store failure stops the run with a library error.
         # One write at a time, fed to the walker in the order the log holds them.
-        # (The lock is taken by hand, the store's write awaited here rather than in
-        # `_stored`: two coroutine frames fewer on each of a step's four writes.)
-        writing = self._writing
-        await writing.acquire()
+        # (The turn is taken by hand, the store's write awaited here rather than in
+        # `_stored`: no coroutine frame for either on each of a step's four writes.)
+        turn = self.turn
+        if turn.busy:
+            await turn.wait()
+        else:
+            turn.busy = True
         try:
             writer = self._writers[type(record)]
             if writer is None:
@@ -205,7 +209,7 @@ class _Run:
                     await check_artifacts(self.store, self.walker, when=f"stops after step {record.step}")
                 self.walker.forget_done()
         finally:
-            writing.release()
+            turn.release()
 
     async def _stored(self, write: Any, records: Sequence[Record]) -> None:
         """Await a store write, then feed what it wrote to the walker (fail closed on both)."""
@@ -344,7 +348,7 @@ class _Run:
             for intent in intents:
                 await self.write(intent)
             return
-        async with self._writing:
+        async with self.turn:
             await self._stored(self._write_intents(self.run_id, intents), intents)
 
     async def _complete_calls(self, planned: StepCalls, history: _History) -> None:
