@@ -186,3 +186,17 @@ def test_the_answering_model_of_an_output_is_a_non_empty_string_when_there(model
     obj["output"]["model"] = model
     with pytest.raises(RecordError, match="output.model"):
         decode(obj)
+
+
+@pytest.mark.parametrize(("ns", "stamp"), [
+    (1_764_806_400_000_042_999, "2025-12-04T00:00:00.000042Z"),
+    (1_764_806_400_999_999_999, "2025-12-04T00:00:00.999999Z"),
+    (1_764_806_401_000_000_000, "2025-12-04T00:00:01.000000Z"),
+    (1_764_806_459_123_456_000, "2025-12-04T00:00:59.123456Z"),
+])
+def test_a_record_is_stamped_in_utc_with_six_digits_of_microseconds(monkeypatch, ns, stamp):
+    from polyloop._log import records
+
+    monkeypatch.setattr(records._time, "time_ns", lambda: ns)
+    assert records.utc_now() == stamp
+    assert Intent(kind="model_call", step=1, attempt=1, result_id="s1-m1").at == stamp
