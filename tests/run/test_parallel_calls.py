@@ -67,7 +67,13 @@ def _clear() -> None:
 
 
 def records_of(store: MemoryStore, run_id: str) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in store._lines(run_id)]
+    return [orjson.loads(line) for line in store.raw(run_id).splitlines()]
+
+
+def _cut_after(store: MemoryStore, run_id: str, last: int) -> None:
+    """Cut the run's log back to its lines up to index `last`, as a crash right after it would."""
+    lines = store.raw(run_id).splitlines(keepends=True)
+    store._logs[run_id] = bytearray(b"".join(lines[:last + 1]))
 
 
 def test_every_call_gets_its_own_intent_before_any_runs_and_the_step_lists_each_outcome() -> None:
@@ -191,7 +197,7 @@ def _crashed_log(store: MemoryStore, results: dict[int, str]) -> None:
     for k, text in results.items():
         lines.append({"record": "action_result", "result_id": f"s1-c{k}-a1", "observation": text,
                       "is_error": False, "at": "t"})
-    store._logs["r"] = [orjson.dumps(x) + b"\n" for x in lines]
+    store._logs["r"] = bytearray(b"".join(orjson.dumps(x) + b"\n" for x in lines))
 
 
 def _enc(record: Any) -> bytes:
@@ -230,10 +236,10 @@ def test_several_unknown_never_calls_are_all_listed_and_settled_each_by_its_id()
     store = MemoryStore()
     agent = Agent(model=ScriptedModel(script), tools=[write])
     asyncio.run(agent.run("g", run_id="r", store=store))
-    lines = store._lines("r")
+    lines = store.raw("r").splitlines()
     # Cut the log back to just after the two intents: both outcomes unknown.
     intents = [i for i, line in enumerate(lines) if b'"call"' in line and b'"intent"' in line]
-    del lines[intents[-1] + 1:]
+    _cut_after(store, "r", intents[-1])
     ran.clear()
     with pytest.raises(NeedsOperatorError) as stopped:
         asyncio.run(agent.run(run_id="r", store=store))
@@ -277,7 +283,7 @@ def _config_1_1(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _log_lines(store: MemoryStore) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in store._lines("r")]
+    return [orjson.loads(line) for line in store.raw("r").splitlines()]
 
 
 def _bad(store_lines: list[dict[str, Any]]):
@@ -335,11 +341,11 @@ def test_a_1_1_log_whose_model_asked_for_two_calls_still_resumes_running_only_th
     started["schema_version"] = "1.1"
     started["config"] = _config_1_1(started["config"])
     store = MemoryStore()
-    store._logs["r"] = [orjson.dumps(x) + b"\n" for x in [
+    store._logs["r"] = bytearray(b"".join(orjson.dumps(x) + b"\n" for x in [
         started,
         {"record": "intent", "kind": "model_call", "step": 1, "attempt": 1, "result_id": "s1-m1", "at": "t"},
         {"record": "model_call_result", "result_id": "s1-m1", "output": out, "at": "t"},
-    ]]
+    ]))
     result = asyncio.run(agent.run(run_id="r", store=store))
     assert result.reason == "final_answer"
     assert ran == ["read a"]
@@ -424,10 +430,10 @@ def test_reconcile_settles_each_unknown_call_by_asking_the_world() -> None:
     store = MemoryStore()
     agent = Agent(model=ScriptedModel(_pays(5, 6)), tools=[_guarded_pay(world, reconcile=ask)])
     asyncio.run(agent.run("g", run_id="r", store=store))
-    lines = store._lines("r")
+    lines = store.raw("r").splitlines()
     # Cut back to just after both passed preconditions: both calls unknown; one had paid.
     last_pre = max(i for i, line in enumerate(lines) if b'"guard":"precondition"' in line)
-    del lines[last_pre + 1:]
+    _cut_after(store, "r", last_pre)
     world["paid"] = [5]
     assert asyncio.run(agent.run(run_id="r", store=store)).reason == "final_answer"
     assert world["paid"] == [5, 6]  # 5 reconciled as executed (not paid again), 6 run again
