@@ -37,6 +37,6 @@ parts = {
     "the tool's context (ToolContext, Artifacts)": cum(lambda f, n: f.endswith("loop.py") and n == "_context"),
 }
 out = {k: v / total * cpu * 1e6 for k, v in parts.items()}
-out["the rest: the loop's own code, coroutines, the write lock"] = cpu * 1e6 - sum(out.values())
+out["the rest: the loop's own code, coroutines, the writer's turn"] = cpu * 1e6 - sum(out.values())
 out["total (CPU per step, unprofiled)"] = cpu * 1e6
 print(json.dumps(out))

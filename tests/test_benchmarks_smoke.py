@@ -7,6 +7,7 @@ never the figures: the machine is shared, and timing assertions would flake.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -102,3 +103,18 @@ def test_the_hosted_model_benchmark_prints_both_ways_side_by_side(tmp_path):
     rows = {line.split("|")[1].strip(): line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")}
     assert rows["a TLS context built per call (the SDK's default)"][3].strip() == "1.00x", proc.stdout
     assert rows["the process's one TLS context (shipped)"][3].strip().endswith("x"), proc.stdout
+
+
+@pytest.mark.slow  # two short runs of two trees under valgrind: ~1 minute
+def test_the_instruction_count_is_the_same_for_the_same_tree_and_given_per_step(tmp_path):
+    # Deterministic by design (valgrind, PYTHONHASHSEED=0): the same tree twice counts the same.
+    if shutil.which("valgrind") is None and os.environ.get("CI") != "true":  # .ci/run installs it
+        pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    proc = forking.run([sys.executable, str(ROOT / "benchmarks" / "instructions.py"), str(ROOT), str(ROOT),
+                        "--steps", "20", "60"], capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout
+    counts = [float(line.split()[0].replace(",", "")) for line in lines]
+    assert counts[0] > 10_000 and abs(counts[1] / counts[0] - 1) < 0.01, proc.stdout
+    assert all("instructions a step" in line for line in lines), proc.stdout
