@@ -202,7 +202,7 @@ class _Run:
             except Exception as exc:
                 raise self._failed(exc) from exc
             if not self.walker.feed(record):  # `_fed`, written out: four times a step
-                self._refused()
+                self._walker_refused()
             if type(record) is StepCompleted:
                 if self.recheck_artifacts:
                     self.recheck_artifacts = False
@@ -227,9 +227,9 @@ class _Run:
 
     def _fed(self, record: Record) -> None:
         if not self.walker.feed(record):
-            self._refused()
+            self._walker_refused()
 
-    def _refused(self) -> None:
+    def _walker_refused(self) -> None:
         problem = self.walker.problems[-1]
         raise AssertionError(f"the run loop wrote a record a correct writer never writes: {problem}")
 
