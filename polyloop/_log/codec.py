@@ -16,7 +16,8 @@ import orjson
 
 from .errors import CorruptLogError, Problem, SchemaVersionError
 from .decode import decode
-from .records import Record, RecordError, UnknownSchemaError, paused_gc
+from .gc_pause import paused_gc
+from .records import Record, RecordError, UnknownSchemaError
 
 
 @dataclass(slots=True)

@@ -10,13 +10,10 @@ refused (`SchemaVersionError`).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import gc
 import hashlib
-import threading
 import time as _time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Union, get_args
 
@@ -496,33 +493,3 @@ def _compile_as_dict(cls: type) -> Callable[[Any], dict[str, Any]]:
 
 
 _AS_DICT: dict[type, Callable[[Any], dict[str, Any]]] = {cls: _compile_as_dict(cls) for cls in RECORD_TYPES}
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_enabled = False
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a log's objects are built.
-
-    Reading a long log allocates hundreds of thousands of records that hold
-    no reference cycles; the collector would walk the growing heap again and
-    again for nothing (it doubled the cost of read + classify). Nested and
-    concurrent pauses count, so only the last one out re-enables it, and only
-    if it was enabled before.
-    """
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()

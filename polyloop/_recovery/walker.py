@@ -43,8 +43,8 @@ from .._log.records import (
     RunFinished,
     RunStarted,
     StepCompleted,
-    paused_gc,
 )
+from .._log.gc_pause import paused_gc
 from .on_artifacts import apply_artifact
 from .on_budgets import (
     apply_checkpoint_accepted, apply_crash_loop_accepted, apply_resumed, budget_finish, budget_intent, budgets_from,

@@ -162,7 +162,7 @@ def test_model_call_result_has_exactly_one_of_output_and_error():
 def test_pausing_the_collector_nests_and_restores_its_state():
     import gc
 
-    from polyloop._log.records import paused_gc
+    from polyloop._log.gc_pause import paused_gc
 
     assert gc.isenabled()
     with paused_gc():
