@@ -174,7 +174,9 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     wall = {label: median(w for _, w in s) for label, s in samples.items()}
     base = cpu["async tool"]
     for label in samples:
-        section.rows.append([f"in-memory step, {label}: CPU (wall)", f"{us(cpu[label])} ({us(wall[label])})",
+        spread = [c for c, _ in samples[label]]
+        section.rows.append([f"in-memory step, {label}: CPU (wall); the runs' range",
+                             f"{us(cpu[label])} ({us(wall[label])}); {us(min(spread))}–{us(max(spread))}",
                              "the async tool's", ratio(cpu[label] / base)])
     section.targets.append(Target("in-memory step, async tool (µs of CPU)", base * 1e6, 45))
     fastest_def = min(v for k, v in cpu.items() if k != "async tool")
@@ -202,8 +204,10 @@ def measure(workdir: str, *, quick: bool) -> list[Section]:
     section.notes.append(
         f"CPU: {reps} alternating runs of {steps:,} steps per variant; the process's CPU time (every "
         "thread) per step, median of the runs, with the wall time in brackets (the two differ when "
-        "the machine is busy or a worker thread waits). The µs targets are absolute, so judge them on "
-        "a quiet machine; every other figure here is a ratio of two things measured side by side. "
+        "the machine is busy or a worker thread waits), then the range of the runs' CPU: on a shared "
+        "machine the same step moves by a third between runs of one process. The µs targets are "
+        "absolute and judged on the median, so judge them on a quiet machine; every other figure here "
+        "is a ratio of two things measured side by side. "
         + ("" if inline else "This library version has no `inline=True`. ")
         + "Resume and verify alternate, medians of their repetitions, the log in the page cache. "
         "Memory: one run in a fresh process after a one-step warm-up run; the resident set is "
