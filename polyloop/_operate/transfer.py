@@ -251,21 +251,28 @@ async def write_run_files(store: Any, run_id: str, data: bytes, walker: Walker, 
                 checks.append(_judged(ref, got, in_flight))
             bad = refused_artifacts(checks, walker)
             if bad:
+                _discard(disk, staged)  # the temporary files first: the directory is then empty
+                staged.clear()
                 with contextlib.suppress(OSError):
-                    os.rmdir(products)  # made for this run, still empty: leave nothing behind
+                    os.rmdir(products)  # made for this run: leave nothing behind
                 raise Refused(f"its {bad[0].sentence()} in the store (`polyloop verify --store` checks every "
                               "product): nothing of the run was written")
             for item in staged:
                 fresh = _settle(disk, item.tmp, item.path, item.digest) or fresh
                 count += 1
         finally:
-            for item in staged:
-                with contextlib.suppress(OSError):
-                    disk.unlink(item.tmp)
+            _discard(disk, staged)  # (a product put in place has no temporary file left)
         await asyncio.to_thread(disk.fsync_dir, products)
         await asyncio.to_thread(disk.fsync_dir, folder)
     fresh = await asyncio.to_thread(_publish, disk, folder, os.path.join(folder, f"{run_id}.jsonl"), data) or fresh
     return Written(count, fresh)
+
+
+def _discard(disk: Disk, staged: list[_Staged]) -> None:
+    """Remove the temporary files of staged products (those not put in place)."""
+    for item in staged:
+        with contextlib.suppress(OSError):
+            disk.unlink(item.tmp)
 
 
 def _judged(ref: Any, got: _Staged | None, in_flight: bool) -> ArtifactCheck:

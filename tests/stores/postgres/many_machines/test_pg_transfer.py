@@ -164,6 +164,7 @@ def test_export_refuses_a_run_whose_product_was_altered_in_the_database_and_writ
     [moved] = done.json()["runs"]
     assert moved["outcome"] == "refused" and "'p.bin'" in moved["reason"] and "altered" in moved["reason"], moved
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == []  # no log, no product, no temporary file
+    assert not (out / f"{run_id}.artifacts").exists()  # nor the run's products directory, made for it
     # Archive is built on export: the run stays in the database.
     kept = polyloop_in_process("archive", run_id, "--store", pg_url, "--to", str(tmp_path / "a"), "--json")
     assert kept.code == 1, kept.stderr
