@@ -14,6 +14,7 @@ from . import options
 from .errors import BadInput, failures
 from .scope import Scope
 
+
 class _Terminated(Exception):
     """SIGTERM (systemd, Kubernetes, `kill`): the console was asked to stop."""
 

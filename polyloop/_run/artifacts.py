@@ -146,7 +146,8 @@ async def artifact_checks(store: Store, walker: Walker) -> list[ArtifactCheck]:
         return []
     in_flight = bool(walker.in_flight())
     run_id = walker.started.run_id if walker.started else ""
-    streams = capabilities_of(store).artifacts and capabilities_of(store).exporting
+    can = capabilities_of(store)
+    streams = can.artifacts and can.exporting
     checks = []
     for ref in refs:
         if streams:
