@@ -3,7 +3,8 @@
 A run page follows its run's log through the store's follow seam (what
 `polyloop watch` reads: only what is new, never a lock), and says `moved`
 with the log's new length whenever records land past the length the page
-was drawn from. The runs page is told `moved` when the list `polyloop ls`
+was drawn from, or `corrupt` when a log the page was drawn from soundly is
+no longer sound (a page drawn from a corrupt log never reloads). The runs page is told `moved` when the list `polyloop ls`
 would print changes. A comment line every few seconds keeps the
 connection open through proxies; the browser reconnects by itself.
 """
@@ -40,6 +41,7 @@ async def run_events(request: Request, console: Console, session: Session) -> Re
         seen = int(request.query_params.get("seen", "0"))
     except ValueError:
         seen = 0
+    drawn_corrupt = request.query_params.get("drawn") == "corrupt"
 
     try:
         tail = follower(console.store, run_id)
@@ -47,18 +49,19 @@ async def run_events(request: Request, console: Console, session: Session) -> Re
         return console.page("refused.html", 404, title="No such run", why=str(exc), session=session)
 
     async def events() -> AsyncIterator[str]:
-        count, quiet, read, corrupt = 0, 0.0, False, False
+        count, quiet, read = 0, 0.0, False
         yield "retry: 1000\n\n"
         while not await request.is_disconnected():
             try:
-                if not corrupt:
+                if not drawn_corrupt:
                     count += len(await tail.more())
                     read = True
             except CorruptLogError:
-                if read:  # it became corrupt since this stream read it: the page redraws to say so
-                    yield "event: moved\ndata: corrupt\n\n"
-                    return
-                corrupt = True  # drawn from a corrupt log: it is read no more, and never reloads (a loop)
+                # The page was drawn from a sound log, so it became corrupt since, even before this
+                # stream's first look: the page redraws to say so. A page drawn from a corrupt log
+                # reads it no more and never reloads (that would be a loop).
+                yield "event: moved\ndata: corrupt\n\n"
+                return
             except PolyLoopError:
                 pass  # unreadable for a moment: its length is unknown, so nothing is said
             if read and count != seen:

@@ -53,7 +53,8 @@ async def run(request: Request, console: Console, session: Session) -> Response:
     accept = await _acceptance(console, report) if session.can_decide else None
     return console.page("run.html", title=f"Run {run_id}", session=session, run_id=run_id, accept=accept,
                         by=session.who.name or settled_by(None),
-                        events=f"/runs/{run_id}/events?seen={len(report.records)}",
+                        events=f"/runs/{run_id}/events?seen={len(report.records)}"
+                               + ("&drawn=corrupt" if report.status == "corrupt" else ""),
                         commands=_commands(console, run_id), **run_view(report.to_json(), len(report.records)))
 
 

@@ -217,6 +217,9 @@ def test_the_runs_page_has_all_of_ls_filters_batch_limit_and_several_statuses(
     page.fill("form.filters input[name=limit]", "1")
     page.click("form.filters button")
     assert page.locator("table.runs tbody td:first-child a").all_inner_texts() in (["bat-1"], ["bat-2"])
+    # Cancel from a page that follows nothing: the runs page would redraw itself on the news, and that
+    # reload may land after the navigation below has begun (before its `beforeunload`), replacing it.
+    page.goto(f"{server.base}runs/no-such-run")
     off_thread(lambda: asyncio.run(cancel(JsonlStore(runs), "bat-2", reason="not tonight", by="ops")))
     page.goto(f"{server.base}?batch=nightly&status=finished")
     assert page.locator("table.runs tbody td:first-child a").all_inner_texts() == ["bat-2"]
@@ -301,6 +304,21 @@ def test_a_run_page_redraws_once_when_its_log_turns_corrupt(page: Any, server: S
     assert "not valid JSON" in page.inner_text("section.problems")
 
 
+def test_a_log_that_turns_corrupt_before_the_page_listens_still_moves_it(
+    page: Any, server: Server, runs: Path
+) -> None:
+    _note(runs, "note-3")
+    page.goto(f"{server.base}runs/note-3")
+    events = page.get_attribute("body", "data-events")  # drawn from a sound log
+    page.goto(f"{server.base}runs/no-such-run")  # a page that follows nothing
+    with (runs / "note-3.jsonl").open("a") as log:  # corrupt before the page's events are first read
+        log.write("not json\n")
+    said = page.request.get(f"{server.base}{events.lstrip('/')}", timeout=10_000).text()
+    assert "event: moved\ndata: corrupt" in said
+    page.goto(f"{server.base}runs/note-3")
+    assert page.inner_text("#status") == "corrupt log"
+    assert page.get_attribute("body", "data-events").endswith("&drawn=corrupt")  # and this page never reloads
+
 
 def _approved_then_input_changed(page: Any, server: Server, runs: Path, run_id: str, orders: Path, amount: int) -> None:
     """Run `run_id` paying `amount` with the input file `orders`, approve the payment in the page, then
@@ -312,6 +330,7 @@ def _approved_then_input_changed(page: Any, server: Server, runs: Path, run_id: 
     page.click("#req-s1-a1 form.approve button")
     orders.write_text(f"1042,{amount * 10}\n")
     page.goto(f"{server.base}runs/{run_id}")
+
 
 @pytest.mark.slow
 def test_a_changed_input_shows_what_changed_and_how_to_accept_it(page: Any, server: Server, runs: Path) -> None:
