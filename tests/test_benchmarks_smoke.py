@@ -96,6 +96,16 @@ def test_the_durability_benchmark_runs_both_stores_side_by_side(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_jsonl_cpu_benchmark_prints_every_variant_and_way_and_leaves_the_store_as_shipped(tmp_path):
+    out = _bench("jsonlcpu.py", tmp_path)
+    rows = {line.split(" | ")[0].lstrip("| ") for line in out.splitlines() if line.startswith("| ")}
+    assert {"in memory", "JSONL as shipped", "JSONL, no look for a request to stop",
+            "JSONL, no check that the log is still its path", "JSONL, no fsync", "JSONL, none of the three",
+            "the store's batch to the kernel (Syncer)", "a thread of the default executor",
+            "on the event loop (forbidden: for scale)", "no fsync, one asyncio.sleep(0)"} <= rows, out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_hosted_model_benchmark_prints_both_ways_side_by_side(tmp_path):
     proc = forking.run([sys.executable, str(ROOT / "benchmarks" / "hosted.py"), "--quick"], capture_output=True,
                        text=True, timeout=240, cwd=tmp_path)
