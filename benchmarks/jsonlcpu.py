@@ -159,10 +159,15 @@ def fsyncs(workdir: str, n: int, rounds: int) -> dict[str, list[float]]:
     return got
 
 
-def _row(name: str, values: list[float], base: float | None) -> str:
-    median = statistics.median(values)
-    vs = f"{median / base:.2f}×" if base else "—"
-    return f"| {name} | {median:,.1f} | {min(values):,.1f}–{max(values):,.1f} | {vs} |"
+def _table(title: str, columns: tuple[str, str, str], got: dict[str, list[float]], base: str) -> None:
+    """A Markdown table of each entry's median, range, and median over `base`'s median."""
+    print(f"{title}\n")
+    print(f"| {columns[0]} | {columns[1]} | range | / {columns[2]} |")
+    print("|---|---:|---:|---:|")
+    against = statistics.median(got[base])
+    for name, values in got.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median:,.1f} | {min(values):,.1f}–{max(values):,.1f} | {median / against:.2f}× |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,20 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         per_fsync = fsyncs(workdir, count, rounds)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"One run of {n + 1} steps per variant, logs in {where or tempfile.gettempdir()}, {rounds} alternating rounds:"
-          " the event loop's CPU per step\n")
-    print("| variant | µs a step (median) | range | / in memory |")
-    print("|---|---:|---:|---:|")
-    memory = statistics.median(per_step["in memory"])
-    for name, values in per_step.items():
-        print(_row(name, values, memory))
-    print(f"\nA 300-byte write(2) and its fsync, {count:,} times, {rounds} alternating rounds:"
-          " the event loop's CPU per fsync\n")
-    print("| the fsync | µs each (median) | range | / sleep(0) |")
-    print("|---|---:|---:|---:|")
-    floor = statistics.median(per_fsync["no fsync, one asyncio.sleep(0)"])
-    for name, values in per_fsync.items():
-        print(_row(name, values, floor))
+    _table(f"One run of {n + 1} steps per variant, logs in {where or tempfile.gettempdir()}, {rounds} alternating"
+           " rounds: the event loop's CPU per step", ("variant", "µs a step (median)", "in memory"),
+           per_step, "in memory")
+    print()
+    _table(f"A 300-byte write(2) and its fsync, {count:,} times, {rounds} alternating rounds: the event loop's"
+           " CPU per fsync", ("the fsync", "µs each (median)", "sleep(0)"), per_fsync, "no fsync, one asyncio.sleep(0)")
     return 0
 
 

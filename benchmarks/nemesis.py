@@ -40,7 +40,6 @@ import os
 import random
 import signal
 import socket
-import statistics
 import sys
 import tempfile
 import threading
