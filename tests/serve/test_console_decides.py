@@ -280,6 +280,7 @@ def test_a_run_page_shows_its_products_and_a_corrupt_logs_problems(page: Any, se
     products = page.inner_text("#products")
     assert "note.txt" in products and "note-1" in products  # name, path under the run's products
     assert page.locator("#timeline li.exec.state-done code.tool").all_inner_texts() == ["note"]
+    page.goto(f"{server.base}runs/no-such-run")  # the run's page would redraw itself on what comes next
     with (runs / "note-1.jsonl").open("a") as log:  # lines no correct writer writes
         log.write('{"record": "no_such_record", "id": "x"}\nnot json\n')
     drawn: list[str] = []
