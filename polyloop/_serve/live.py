@@ -4,9 +4,10 @@ A run page follows its run's log through the store's follow seam (what
 `polyloop watch` reads: only what is new, never a lock), and says `moved`
 with the log's new length whenever records land past the length the page
 was drawn from, or `corrupt` when a log the page was drawn from soundly is
-no longer sound (a page drawn from a corrupt log never reloads). The runs page is told `moved` when the list `polyloop ls`
-would print changes. A comment line every few seconds keeps the
-connection open through proxies; the browser reconnects by itself.
+no longer sound (a page drawn from a corrupt log never reloads). The runs
+page is told `moved` when the list `polyloop ls` would print changes. A
+comment line every few seconds keeps the connection open through proxies;
+the browser reconnects by itself.
 """
 
 from __future__ import annotations
