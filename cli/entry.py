@@ -5,22 +5,28 @@ moment. A Ctrl-C in that moment is held until the imports are done — a
 KeyboardInterrupt raised inside an extension module's initialisation can
 crash the interpreter — and then ends like any other interruption: one
 line and exit code 130, never a traceback.
+
+Nothing here imports a module written in Python before the handler is set:
+`signal` is one (a Ctrl-C landing while it builds its enums raised a
+KeyboardInterrupt from this file), so this uses `_signal`, the built-in
+module it wraps, which the interpreter has loaded before any of our code.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
+
+import _signal
 
 
 def main() -> None:
     """The `polyloop` console script (and `python -m polyloop`)."""
     pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    previous = _signal.signal(_signal.SIGINT, lambda signum, frame: pressed.append(signum))
     try:
         from .main import main as run
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _signal.signal(_signal.SIGINT, previous)
     if pressed:
         _interrupted()
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -128,9 +129,22 @@ def test_ctrl_c_while_inspecting_a_finished_run_does_not_call_it_resumable(cli, 
     assert "Traceback" not in stderr and "resumable" not in stderr
 
 
+def test_the_entry_point_runs_no_python_module_before_it_handles_ctrl_c():
+    # A module written in Python runs code as it is imported, and a Ctrl-C in
+    # that code is a traceback from our file (it was `signal`'s enums). The
+    # entry point may load only its own package and itself.
+    probe = (
+        "import sys; before = set(sys.modules); import polyloop_cli.entry; "
+        "print(*sorted(set(sys.modules) - before))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=clean_env(), capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["polyloop_cli", "polyloop_cli.entry"], out.stdout
+
+
 def test_ctrl_c_at_start_up_exits_130_without_a_traceback(cli):
     # Our code handles Ctrl-C from its first line on (cli/entry.py imports
-    # nothing but sys before it is ready). What comes before it - the
+    # nothing but sys and the built-in _signal, both loaded at the
+    # interpreter's start, before it is ready). What comes before it - the
     # interpreter's own start-up and the console script's two imports - is
     # outside it, and so is a signal that lands as the interpreter tears
     # down after the work (-2, output complete). So: a traceback may only
