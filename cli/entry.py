@@ -6,13 +6,12 @@ KeyboardInterrupt raised inside an extension module's initialisation can
 crash the interpreter — and then ends like any other interruption: one
 line and exit code 130, never a traceback.
 
-Nothing here imports a module written in Python before the handler is set:
-`signal` is one (a Ctrl-C landing while it builds its enums raised a
-KeyboardInterrupt from this file), so this uses `_signal`, the built-in
-module it wraps, which the interpreter has loaded before any of our code.
+Nothing here imports a module written in Python before the handler is set,
+since a Ctrl-C landing in that module's code is a traceback from this file:
+not `signal` (it builds enums as it loads; this uses `_signal`, the built-in
+module it wraps) and not `__future__` (a `.py` file, loaded at start-up only
+when some `.pth` file happens to import it).
 """
-
-from __future__ import annotations
 
 import sys
 

@@ -6,6 +6,7 @@ such a user would, with real processes where signals or concurrency matter.
 
 from __future__ import annotations
 
+import ast
 import json
 import signal
 import subprocess
@@ -132,7 +133,12 @@ def test_ctrl_c_while_inspecting_a_finished_run_does_not_call_it_resumable(cli, 
 def test_the_entry_point_runs_no_python_module_before_it_handles_ctrl_c():
     # A module written in Python runs code as it is imported, and a Ctrl-C in
     # that code is a traceback from our file (it was `signal`'s enums). The
-    # entry point may load only its own package and itself.
+    # entry point imports built-in modules only (whatever .pth files a Python
+    # happens to run at start-up), and loads nothing but its package and itself.
+    tree = ast.parse((HERE.parents[1] / "cli" / "entry.py").read_text())
+    imported = [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module for node in tree.body if isinstance(node, ast.ImportFrom)]
+    assert [name for name in imported if name not in sys.builtin_module_names] == []
     probe = (
         "import sys; before = set(sys.modules); import polyloop_cli.entry; "
         "print(*sorted(set(sys.modules) - before))"
@@ -143,8 +149,7 @@ def test_the_entry_point_runs_no_python_module_before_it_handles_ctrl_c():
 
 def test_ctrl_c_at_start_up_exits_130_without_a_traceback(cli):
     # Our code handles Ctrl-C from its first line on (cli/entry.py imports
-    # nothing but sys and the built-in _signal, both loaded at the
-    # interpreter's start, before it is ready). What comes before it - the
+    # nothing but the built-in sys and _signal before it is ready). What comes before it - the
     # interpreter's own start-up and the console script's two imports - is
     # outside it, and so is a signal that lands as the interpreter tears
     # down after the work (-2, output complete). So: a traceback may only
